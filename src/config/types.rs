@@ -1,0 +1,133 @@
+//! The validated tools configuration (DESIGN §3), after defaults are applied.
+//!
+//! `config::load` turns a tools.toml file into these; everything downstream reads only
+//! these types, never the raw TOML.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Retry settings for one tool (from `[defaults]`, overridable per tool).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Total attempts for transient failures (1 = no retry).
+    pub attempts: u32,
+    /// Base delay: delay = min(max_backoff, backoff * 2^attempt), full jitter.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            timeout: Duration::from_secs(8),
+            attempts: 3,
+            backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[policy]`: when the loop stops trusting a tool or itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub breaker_threshold: u32,
+    pub disable_after: u32,
+    pub stuck_repeats: u32,
+    /// Lower-cased substrings; an argument value containing one needs approval.
+    pub approval_patterns: Vec<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            breaker_threshold: 3,
+            disable_after: 3,
+            stuck_repeats: 3,
+            approval_patterns: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Approval {
+    Always,
+    Never,
+    /// `approval_patterns` decide.
+    #[default]
+    Auto,
+}
+
+/// What to do with a non-idempotent call whose outcome was lost in a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnknown {
+    /// Queue an `outcome_unknown` escalation for a person.
+    #[default]
+    Escalate,
+    /// Give the model an `outcome_unknown` error with a hint to check state.
+    TellModel,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandSpec {
+    /// argv; argv[0] relative paths resolve against the tools.toml directory.
+    pub argv: Vec<String>,
+    /// Secret-looking variable names this tool may still receive.
+    pub env: Vec<String>,
+    /// Working directory for the child: the tools.toml directory.
+    pub cwd: std::path::PathBuf,
+    /// stdout beyond this many bytes is cut with a note.
+    pub output_cap: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSpec {
+    pub method: String,
+    /// URL template: `{name}` placeholders, only in path and query.
+    pub url: String,
+    /// Header templates; `${VAR}` is read from the environment at call time.
+    pub headers: BTreeMap<String, String>,
+    /// Response bodies beyond this many bytes are cut with a note.
+    pub output_cap: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolKind {
+    Command(CommandSpec),
+    Http(HttpSpec),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FallbackStep {
+    pub tool: String,
+    /// Argument renames: key in the failing call's args -> key in the fallback's args.
+    /// Arguments not named here pass through unchanged.
+    pub map: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+    pub kind: ToolKind,
+    pub retry: RetryPolicy,
+    pub idempotent: bool,
+    pub fallback: Vec<FallbackStep>,
+    /// Results are disclosed to the model as possibly stale.
+    pub stale: bool,
+    pub approval: Approval,
+    pub on_unknown: OnUnknown,
+}
+
+/// A whole tools.toml, validated.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolsConfig {
+    pub defaults: RetryPolicy,
+    pub policy: Policy,
+    pub tools: BTreeMap<String, ToolDef>,
+}
+
+pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;

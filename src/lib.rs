@@ -1,0 +1,16 @@
+//! agentrun: a durable, failure-aware LLM tool-use loop.
+//!
+//! The binary (`src/main.rs`) only parses arguments and maps outcomes to exit codes;
+//! everything else lives here so tests can drive it directly.
+
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod model;
+pub mod prompts;
+pub mod recovery;
+pub mod runner;
+pub mod store;
+pub mod task;
+pub mod tools;
+pub mod trace;

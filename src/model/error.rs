@@ -1,0 +1,74 @@
+//! Model (provider) errors, classified once so retry code never matches on strings.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The provider answered with a non-success HTTP status.
+    #[error("{provider} returned HTTP {status}: {message}")]
+    Status {
+        provider: &'static str,
+        status: u16,
+        message: String,
+        /// Server-requested delay (`retry-after-ms`, `Retry-After` seconds or HTTP-date).
+        retry_after: Option<Duration>,
+        /// Anthropic's `x-should-retry` header, when present, overrides the status.
+        should_retry: Option<bool>,
+    },
+    #[error("{provider} did not answer within {timeout:?}")]
+    Timeout {
+        provider: &'static str,
+        timeout: Duration,
+    },
+    #[error("{provider}: connection failed: {message}")]
+    Connection {
+        provider: &'static str,
+        message: String,
+    },
+    /// A 2xx body that is not the JSON we expect (truncated, wrong shape, error in stream).
+    #[error("{provider} sent a response agentrun cannot read: {message}")]
+    BadResponse {
+        provider: &'static str,
+        message: String,
+    },
+    /// Local misconfiguration: missing API key, unknown spec, unreadable script.
+    #[error("{0}")]
+    Config(String),
+    /// The scripted model has no turn left for this transcript.
+    #[error("script {path} has no turn {turn} (it has {len})")]
+    ScriptExhausted {
+        path: String,
+        turn: usize,
+        len: usize,
+    },
+}
+
+impl ModelError {
+    /// Whether the identical request may succeed if sent again shortly.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ModelError::Status {
+                status,
+                should_retry,
+                ..
+            } => should_retry.unwrap_or_else(|| is_transient_status(*status)),
+            ModelError::Timeout { .. } | ModelError::Connection { .. } => true,
+            ModelError::BadResponse { .. }
+            | ModelError::Config(_)
+            | ModelError::ScriptExhausted { .. } => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ModelError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// 408, 409 (Anthropic uses it for transient conflicts), 429 and server errors are worth
+/// a retry; 400, 401, 403, 404 and other client errors never are.
+pub fn is_transient_status(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429 | 500 | 502 | 503 | 504 | 529) || status >= 500
+}

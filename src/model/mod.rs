@@ -1,0 +1,80 @@
+//! Models: the neutral message types, the providers that speak them, and the retry /
+//! fallback policy for model calls.
+
+pub mod anthropic;
+pub mod error;
+pub mod openai;
+pub mod retry;
+pub mod script;
+pub mod types;
+
+pub use error::ModelError;
+pub use types::*;
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A parsed model spec: `openai:MODEL`, `anthropic:MODEL` or `script:PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSpec {
+    OpenAi(String),
+    Anthropic(String),
+    Script(PathBuf),
+}
+
+impl ModelSpec {
+    pub fn parse(spec: &str) -> Result<ModelSpec, String> {
+        let (scheme, rest) = spec.split_once(':').ok_or_else(|| {
+            format!("model `{spec}` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH")
+        })?;
+        if rest.trim().is_empty() {
+            return Err(format!("model `{spec}` names no model after `{scheme}:`"));
+        }
+        match scheme {
+            "openai" => Ok(ModelSpec::OpenAi(rest.to_string())),
+            "anthropic" => Ok(ModelSpec::Anthropic(rest.to_string())),
+            "script" => Ok(ModelSpec::Script(PathBuf::from(rest))),
+            other => Err(format!(
+                "model `{spec}` has unknown provider `{other}`: use openai, anthropic or script"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelSpec::OpenAi(m) => write!(f, "openai:{m}"),
+            ModelSpec::Anthropic(m) => write!(f, "anthropic:{m}"),
+            ModelSpec::Script(p) => write!(f, "script:{}", p.display()),
+        }
+    }
+}
+
+/// A ready-to-call model. An enum rather than a trait object: the set is closed and
+/// each variant's `complete` is a plain async fn.
+pub enum Provider {
+    Script(script::ScriptModel),
+    OpenAi(openai::OpenAi),
+    Anthropic(anthropic::Anthropic),
+}
+
+impl Provider {
+    /// The spec string this provider was built from (for traces and `ModelResponse`).
+    pub fn name(&self) -> String {
+        match self {
+            Provider::Script(m) => m.name(),
+            Provider::OpenAi(m) => m.name(),
+            Provider::Anthropic(m) => m.name(),
+        }
+    }
+
+    /// One attempt; retries and fallbacks are [`retry::complete`]'s job.
+    pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        match self {
+            Provider::Script(m) => m.complete(req),
+            Provider::OpenAi(m) => m.complete(req).await,
+            Provider::Anthropic(m) => m.complete(req).await,
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The scripted model (`script:PATH`): a deterministic stand-in for an LLM, for offline
+//! demos and tests.
+//!
+//! It picks its turn by the number of assistant messages already in the transcript, so
+//! a run that is killed and resumed asks for — and gets — exactly the turn it would have
+//! got without the crash.
+
+use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptFile {
+    turns: Vec<Turn>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Turn {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ScriptCall>,
+    #[serde(default)]
+    usage: ScriptUsage,
+    /// Simulate an API error on this turn's first attempt.
+    #[serde(default)]
+    fail: Option<ScriptFail>,
+    /// Simulate a stop reason other than a finished turn (e.g. "max_tokens").
+    #[serde(default)]
+    stop: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptCall {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default = "empty_object")]
+    args: Value,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptUsage {
+    #[serde(default)]
+    input: u64,
+    #[serde(default)]
+    output: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptFail {
+    status: u16,
+    /// Seconds.
+    #[serde(default)]
+    retry_after: Option<f64>,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+pub struct ScriptModel {
+    /// As written in the spec, for messages.
+    path: String,
+    turns: Vec<Turn>,
+    /// Turns whose simulated failure has been delivered (in this process).
+    failed: Mutex<HashSet<usize>>,
+}
+
+impl ScriptModel {
+    /// Parses a script's text; `path` is only used in messages.
+    pub fn parse(path: &str, text: &str) -> Result<ScriptModel, String> {
+        let file: ScriptFile = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+        if file.turns.is_empty() {
+            return Err(format!("{path}: `turns` is empty"));
+        }
+        for (i, turn) in file.turns.iter().enumerate() {
+            if turn.text.is_none() && turn.tool_calls.is_empty() {
+                return Err(format!("{path}: turn {i} has neither `text` nor `tool_calls`"));
+            }
+            for call in &turn.tool_calls {
+                if !call.args.is_object() {
+                    return Err(format!(
+                        "{path}: turn {i}: args of `{}` must be a JSON object",
+                        call.name
+                    ));
+                }
+            }
+            if let Some(stop) = &turn.stop
+                && stop != "max_tokens"
+                && stop != "end_turn"
+            {
+                return Err(format!(
+                    "{path}: turn {i}: stop must be \"max_tokens\" or \"end_turn\", not {stop:?}"
+                ));
+            }
+        }
+        Ok(ScriptModel {
+            path: path.to_string(),
+            turns: file.turns,
+            failed: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn name(&self) -> String {
+        format!("script:{}", self.path)
+    }
+
+    pub fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let index = req
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Assistant)
+            .count();
+        let turn = self
+            .turns
+            .get(index)
+            .ok_or_else(|| ModelError::ScriptExhausted {
+                path: self.path.clone(),
+                turn: index,
+                len: self.turns.len(),
+            })?;
+        if let Some(fail) = turn.fail {
+            let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            if failed.insert(index) {
+                return Err(ModelError::Status {
+                    provider: "script",
+                    status: fail.status,
+                    message: format!("simulated HTTP {} on turn {index}", fail.status),
+                    retry_after: fail
+                        .retry_after
+                        .map(|s| std::time::Duration::from_secs_f64(s.max(0.0))),
+                    should_retry: None,
+                });
+            }
+        }
+        Ok(self.response(index, turn))
+    }
+
+    fn response(&self, index: usize, turn: &Turn) -> ModelResponse {
+        let mut content = Vec::new();
+        if let Some(text) = &turn.text {
+            content.push(Part::Text { text: text.clone() });
+        }
+        for (i, call) in turn.tool_calls.iter().enumerate() {
+            content.push(Part::ToolCall {
+                id: call.id.clone().unwrap_or_else(|| format!("call_{index}_{i}")),
+                name: call.name.clone(),
+                args: call.args.clone(),
+            });
+        }
+        let stop = match turn.stop.as_deref() {
+            Some("max_tokens") => StopReason::MaxTokens,
+            _ if turn.tool_calls.is_empty() => StopReason::EndTurn,
+            _ => StopReason::ToolUse,
+        };
+        ModelResponse {
+            message: Message {
+                role: Role::Assistant,
+                content,
+            },
+            usage: Usage {
+                input: turn.usage.input,
+                output: turn.usage.output,
+                cached: 0,
+            },
+            stop,
+            model: self.name(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(messages: &[Message]) -> ModelRequest<'_> {
+        ModelRequest {
+            system: "",
+            messages,
+            tools: &[],
+            max_output_tokens: 1024,
+        }
+    }
+
+    const SCRIPT: &str = r#"{"turns": [
+        {"tool_calls": [{"name": "a", "args": {"q": 1}}, {"id": "x", "name": "b"}],
+         "usage": {"input": 10, "output": 2}},
+        {"text": "done", "fail": {"status": 429, "retry_after": 1}}
+    ]}"#;
+
+    #[test]
+    fn picks_the_turn_by_counting_assistant_messages() {
+        let m = ScriptModel::parse("s.json", SCRIPT).unwrap();
+        let first = m.complete(&request(&[])).unwrap();
+        assert_eq!(
+            first.message.tool_calls().iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            ["call_0_0", "x"]
+        );
+        assert_eq!(first.usage, Usage { input: 10, output: 2, cached: 0 });
+        assert_eq!(first.stop, StopReason::ToolUse);
+    }
+
+    #[test]
+    fn a_fail_turn_fails_once_then_answers() {
+        let m = ScriptModel::parse("s.json", SCRIPT).unwrap();
+        let history = [Message::text(Role::Assistant, "t0")];
+        let err = m.complete(&request(&history)).unwrap_err();
+        assert!(err.is_transient());
+        assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(1)));
+        let ok = m.complete(&request(&history)).unwrap();
+        assert_eq!(ok.message.joined_text(), "done");
+    }
+
+    #[test]
+    fn running_out_of_turns_is_a_permanent_error() {
+        let m = ScriptModel::parse("s.json", SCRIPT).unwrap();
+        let history = [
+            Message::text(Role::Assistant, "t0"),
+            Message::text(Role::Assistant, "t1"),
+        ];
+        let err = m.complete(&request(&history)).unwrap_err();
+        assert!(!err.is_transient());
+        assert_eq!(err.to_string(), "script s.json has no turn 2 (it has 2)");
+    }
+
+    #[test]
+    fn rejects_a_turn_with_nothing_in_it() {
+        let err = ScriptModel::parse("s.json", r#"{"turns": [{}]}"#).err().unwrap();
+        assert_eq!(err, "s.json: turn 0 has neither `text` nor `tool_calls`");
+    }
+}

@@ -1,0 +1,173 @@
+//! Provider-neutral conversation types.
+//!
+//! Every provider adapter translates to and from these; the store persists them as
+//! JSON exactly in the shape of the `runs show --json` contract (DESIGN §1), so the
+//! serde representation here *is* the public format: change it only by extending.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One piece of a message's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        args: Value,
+    },
+    ToolResult {
+        call_id: String,
+        /// The JSON the model saw (DESIGN §4): the tool's output, or an error object.
+        content: Value,
+        is_error: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Part>,
+}
+
+/// A tool call the model asked for, borrowed out of an assistant message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub args: Value,
+}
+
+impl Message {
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: vec![Part::Text { text: text.into() }],
+        }
+    }
+
+    pub fn tool_result(call_id: impl Into<String>, content: Value, is_error: bool) -> Self {
+        Message {
+            role: Role::Tool,
+            content: vec![Part::ToolResult {
+                call_id: call_id.into(),
+                content,
+                is_error,
+            }],
+        }
+    }
+
+    /// All text parts joined by newlines; empty when there are none.
+    pub fn joined_text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                Part::ToolCall { id, name, args } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    args: args.clone(),
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Token usage reported by a provider for one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    /// Input tokens served from the provider's prompt cache, where reported.
+    #[serde(default)]
+    pub cached: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input + self.output
+    }
+
+    pub fn add(&mut self, other: Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cached += other.cached;
+    }
+}
+
+/// Why the model stopped producing output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// A finished turn: a final answer, or tool calls to run.
+    EndTurn,
+    ToolUse,
+    /// The output was cut by the provider's output-token limit: not a final answer.
+    MaxTokens,
+    StopSequence,
+    Other(String),
+}
+
+/// What a model call returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// Always `Role::Assistant`.
+    pub message: Message,
+    pub usage: Usage,
+    pub stop: StopReason,
+    /// The model spec that answered (after any model fallback), e.g. `openai:gpt-4o-mini`.
+    pub model: String,
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// Everything a provider needs for one call.
+#[derive(Debug, Clone)]
+pub struct ModelRequest<'a> {
+    pub system: &'a str,
+    pub messages: &'a [Message],
+    pub tools: &'a [ToolSpec],
+    /// Output-token cap per response (Anthropic requires one).
+    pub max_output_tokens: u32,
+}

@@ -1,0 +1,85 @@
+//! The recovery layer: every tool call goes through [`execute`], which validates,
+//! retries transient failures, walks declared fallback chains and always returns data.
+
+pub mod retry;
+
+use crate::config::types::{ToolDef, ToolsConfig};
+use crate::prompts::Prompts;
+use crate::tools::CallContext;
+use crate::tools::outcome::{ErrorKind, ToolError};
+use serde_json::Value;
+
+/// What the loop learns from one tool call (after retries and fallbacks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutcome {
+    /// The JSON the model sees (DESIGN §4).
+    pub content: Value,
+    pub is_error: bool,
+    /// The error kind when it failed.
+    pub error: Option<ErrorKind>,
+    /// Attempts made (summed over the chain).
+    pub attempts: u32,
+    /// The fallback tool whose result this is, when not the tool asked for.
+    pub via: Option<String>,
+}
+
+/// Decided by the loop before each tool in a chain runs (approvals, breakers).
+pub enum Gate {
+    Run,
+    /// Do not run; use this error as the attempt's result.
+    Block(ToolError),
+    /// Do not run; the run must pause for a person.
+    Pause,
+}
+
+pub enum Execution {
+    Done(CallOutcome),
+    /// The gate paused before `tool` ran with `args`.
+    Paused { tool: String, args: Value },
+}
+
+/// Runs a tool call with validation, retries and fallbacks. STUB: no fallbacks yet.
+pub async fn execute(
+    cfg: &ToolsConfig,
+    prompts: &Prompts,
+    tool: &str,
+    args: &Value,
+    ctx: &CallContext<'_>,
+    gate: &dyn Fn(&ToolDef, &Value) -> Gate,
+) -> Execution {
+    let Some(def) = cfg.tools.get(tool) else {
+        let err = ToolError::new(ErrorKind::UnknownTool, format!("no tool named `{tool}`"));
+        return Execution::Done(failed(&err, 0, prompts));
+    };
+    match gate(def, args) {
+        Gate::Run => {}
+        Gate::Block(err) => return Execution::Done(failed(&err, 0, prompts)),
+        Gate::Pause => {
+            return Execution::Paused {
+                tool: tool.to_string(),
+                args: args.clone(),
+            };
+        }
+    }
+    let (result, attempts) = retry::call_with_retry(def, args, ctx).await;
+    Execution::Done(match result {
+        Ok(content) => CallOutcome {
+            content,
+            is_error: false,
+            error: None,
+            attempts,
+            via: None,
+        },
+        Err(err) => failed(&err, attempts, prompts),
+    })
+}
+
+fn failed(err: &ToolError, attempts: u32, prompts: &Prompts) -> CallOutcome {
+    CallOutcome {
+        content: err.to_model_json(attempts, prompts.hint(err.kind)),
+        is_error: true,
+        error: Some(err.kind),
+        attempts,
+        via: None,
+    }
+}

@@ -1,0 +1,168 @@
+//! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
+
+use crate::model::ModelSpec;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub path: PathBuf,
+    /// Model specs in fallback order; empty when the front matter names none.
+    pub models: Vec<String>,
+    pub max_steps: Option<u32>,
+    pub max_tokens: Option<u64>,
+    /// Subset of tools.toml offered to the model; `None` = all.
+    pub tools: Option<Vec<String>>,
+    /// The Markdown body: what the user asks for.
+    pub prompt: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct TaskError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FrontMatter {
+    model: Option<OneOrMany>,
+    max_steps: Option<i64>,
+    max_tokens: Option<i64>,
+    tools: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+pub fn load(path: &Path) -> Result<Task, TaskError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TaskError {
+        path: path.to_path_buf(),
+        message: format!("cannot read task file: {e}"),
+    })?;
+    parse(&text, path)
+}
+
+pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
+    let err = |message: String| TaskError {
+        path: path.to_path_buf(),
+        message,
+    };
+    let (front, body) = split_front_matter(text).map_err(err)?;
+    let fm: FrontMatter = match front {
+        Some(f) => toml::from_str(f)
+            .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?,
+        None => FrontMatter {
+            model: None,
+            max_steps: None,
+            max_tokens: None,
+            tools: None,
+        },
+    };
+    let models = match fm.model {
+        None => Vec::new(),
+        Some(OneOrMany::One(m)) => vec![m],
+        Some(OneOrMany::Many(ms)) if ms.is_empty() => {
+            return Err(err("front matter: `model` is an empty list".into()));
+        }
+        Some(OneOrMany::Many(ms)) => ms,
+    };
+    for m in &models {
+        ModelSpec::parse(m).map_err(|e| err(format!("front matter: {e}")))?;
+    }
+    let max_steps = positive(fm.max_steps, "max_steps").map_err(&err)?;
+    let max_tokens = positive(fm.max_tokens, "max_tokens").map_err(&err)?;
+    let prompt = body.trim().to_string();
+    if prompt.is_empty() {
+        return Err(err("the task has no text after the front matter".into()));
+    }
+    Ok(Task {
+        path: path.to_path_buf(),
+        models,
+        max_steps: max_steps.map(|n| n as u32),
+        max_tokens: max_tokens.map(|n| n as u64),
+        tools: fm.tools,
+        prompt,
+    })
+}
+
+fn positive(v: Option<i64>, key: &str) -> Result<Option<i64>, String> {
+    match v {
+        Some(n) if n <= 0 => Err(format!("front matter: `{key}` must be positive, got {n}")),
+        Some(n) if key == "max_steps" && n > u32::MAX as i64 => {
+            Err(format!("front matter: `{key}` is too large"))
+        }
+        other => Ok(other),
+    }
+}
+
+/// Splits `+++\nTOML\n+++\nbody`. A file that does not start with `+++` has no front
+/// matter; one that opens it and never closes it is an error.
+fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let Some(rest) = text.strip_prefix("+++") else {
+        return Ok((None, text));
+    };
+    let rest = rest
+        .strip_prefix("\r\n")
+        .or_else(|| rest.strip_prefix('\n'))
+        .ok_or("the opening `+++` must be alone on the first line")?;
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "+++" {
+            return Ok((Some(&rest[..offset]), &rest[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    Err("front matter opened with `+++` is never closed".into())
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Task, String> {
+        parse(s, Path::new("t.md")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_front_matter_and_body() {
+        let t = parse_str(
+            "+++\nmodel = [\"script:a.json\", \"openai:gpt-4o\"]\nmax_steps = 5\nmax_tokens = 900\ntools = [\"x\"]\n+++\nDo it.\n",
+        )
+        .unwrap();
+        assert_eq!(t.models, ["script:a.json", "openai:gpt-4o"]);
+        assert_eq!((t.max_steps, t.max_tokens), (Some(5), Some(900)));
+        assert_eq!(t.tools, Some(vec!["x".to_string()]));
+        assert_eq!(t.prompt, "Do it.");
+    }
+
+    #[test]
+    fn a_file_without_front_matter_is_all_prompt() {
+        let t = parse_str("Just do it.").unwrap();
+        assert_eq!((t.models.len(), t.prompt.as_str()), (0, "Just do it."));
+    }
+
+    #[test]
+    fn rejects_defects_with_the_file_name() {
+        let cases = [
+            ("+++\nmax_steps = 3\nDo it", "t.md: front matter opened with `+++` is never closed"),
+            ("+++\nmax_steps = 0\n+++\nx", "t.md: front matter: `max_steps` must be positive, got 0"),
+            ("+++\nmodel = \"gpt-4o\"\n+++\nx", "t.md: front matter: model `gpt-4o` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH"),
+            ("+++\n+++\n  \n", "t.md: the task has no text after the front matter"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_str(input).unwrap_err(), want, "input {input:?}");
+        }
+        assert!(parse_str("+++\nbogus = 1\n+++\nx").unwrap_err().starts_with("t.md: front matter: unknown field `bogus`"));
+    }
+}

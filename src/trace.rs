@@ -1,0 +1,93 @@
+//! Trace events: every attempt, backoff, classification, fallback hop, nudge and trip.
+//!
+//! Recovery code emits these into an [`EventSink`]; the runner stores them in the
+//! `events` table with the step they belong to, and `runs show` prints them.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// One attempt at a tool; `error` is the kind when it failed.
+    ToolAttempt {
+        call_id: String,
+        tool: String,
+        attempt: u32,
+        elapsed_ms: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        class: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// A wait before the next attempt (already including jitter / Retry-After).
+    Backoff {
+        call_id: String,
+        tool: String,
+        attempt: u32,
+        delay_ms: u64,
+        /// True when the delay came from the server's Retry-After.
+        retry_after: bool,
+    },
+    /// The fallback chain moved from one tool to the next.
+    Fallback {
+        call_id: String,
+        from: String,
+        to: String,
+    },
+    /// A model call failed and will be retried, or a fallback model takes over.
+    ModelRetry {
+        model: String,
+        attempt: u32,
+        error: String,
+        delay_ms: u64,
+    },
+    ModelFallback {
+        from: String,
+        to: String,
+        error: String,
+    },
+    /// Anything else worth a line in the trace (nudges, trips, disabled tools, …).
+    Note { kind: String, message: String },
+}
+
+impl TraceEvent {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TraceEvent::ToolAttempt { .. } => "tool_attempt",
+            TraceEvent::Backoff { .. } => "backoff",
+            TraceEvent::Fallback { .. } => "fallback",
+            TraceEvent::ModelRetry { .. } => "model_retry",
+            TraceEvent::ModelFallback { .. } => "model_fallback",
+            TraceEvent::Note { .. } => "note",
+        }
+    }
+}
+
+/// Where recovery code reports what it did.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: TraceEvent);
+}
+
+/// Collects events in memory until the runner persists them.
+#[derive(Default)]
+pub struct EventBuffer {
+    events: Mutex<Vec<TraceEvent>>,
+}
+
+impl EventBuffer {
+    pub fn take(&self) -> Vec<TraceEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl EventSink for EventBuffer {
+    fn emit(&self, event: TraceEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+}
