@@ -3,6 +3,7 @@
 //! The binary (`src/main.rs`) only parses arguments and maps outcomes to exit codes;
 //! everything else lives here so tests can drive it directly.
 
+pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
