@@ -110,7 +110,11 @@ impl Fixture {
     }
 
     fn has_tag(&self, tag: &str) -> bool {
-        self.json["tags"].as_array().unwrap().iter().any(|t| t == tag)
+        self.json["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == tag)
     }
 
     /// Response headers worth replaying. Transport headers (content-length!) would
@@ -120,7 +124,9 @@ impl Fixture {
             return Vec::new();
         };
         h.iter()
-            .filter(|(k, _)| ["x-should-retry", "retry-after", "retry-after-ms"].contains(&k.as_str()))
+            .filter(|(k, _)| {
+                ["x-should-retry", "retry-after", "retry-after-ms"].contains(&k.as_str())
+            })
             .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
             .collect()
     }
@@ -190,10 +196,21 @@ fn policy(attempts: u32) -> ModelRetryPolicy {
 async fn run(
     models: &[Provider],
     attempts: u32,
-) -> (Result<ModelResponse, ModelError>, FakeClock, Vec<TraceEvent>) {
+) -> (
+    Result<ModelResponse, ModelError>,
+    FakeClock,
+    Vec<TraceEvent>,
+) {
     let (clock, events) = (FakeClock::new(0), EventBuffer::default());
     let msgs = hello();
-    let res = retry::complete_with(models, &request("", &msgs, &[], 64), &policy(attempts), &clock, &events).await;
+    let res = retry::complete_with(
+        models,
+        &request("", &msgs, &[], 64),
+        &policy(attempts),
+        &clock,
+        &events,
+    )
+    .await;
     (res, clock, events.take())
 }
 
@@ -226,7 +243,12 @@ impl Expected {
     fn of(resp: &ModelResponse) -> Expected {
         Expected {
             text: resp.message.joined_text(),
-            calls: resp.message.tool_calls().into_iter().map(|c| (c.id, c.name, c.args)).collect(),
+            calls: resp
+                .message
+                .tool_calls()
+                .into_iter()
+                .map(|c| (c.id, c.name, c.args))
+                .collect(),
             usage: resp.usage,
             stop: resp.stop.clone(),
         }
@@ -241,7 +263,8 @@ impl Expected {
             calls: calls
                 .iter()
                 .map(|c| {
-                    let args = serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
+                    let args =
+                        serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap();
                     (str_of(&c["id"]), str_of(&c["function"]["name"]), args)
                 })
                 .collect(),
@@ -268,12 +291,17 @@ impl Expected {
         let u = &body["usage"];
         let n = |k: &str| u[k].as_u64().unwrap_or(0);
         Expected {
-            text: of_type("text").map(|b| str_of(&b["text"])).collect::<Vec<_>>().join("\n"),
+            text: of_type("text")
+                .map(|b| str_of(&b["text"]))
+                .collect::<Vec<_>>()
+                .join("\n"),
             calls: of_type("tool_use")
                 .map(|b| (str_of(&b["id"]), str_of(&b["name"]), b["input"].clone()))
                 .collect(),
             usage: Usage {
-                input: n("input_tokens") + n("cache_creation_input_tokens") + n("cache_read_input_tokens"),
+                input: n("input_tokens")
+                    + n("cache_creation_input_tokens")
+                    + n("cache_read_input_tokens"),
                 output: n("output_tokens"),
                 cached: n("cache_read_input_tokens"),
             },
@@ -330,10 +358,16 @@ impl Neutral {
                         content.push(Part::ToolCall {
                             id: str_of(&c["id"]),
                             name: str_of(&c["function"]["name"]),
-                            args: serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap(),
+                            args: serde_json::from_str(
+                                c["function"]["arguments"].as_str().unwrap(),
+                            )
+                            .unwrap(),
                         });
                     }
-                    messages.push(Message { role: Role::Assistant, content });
+                    messages.push(Message {
+                        role: Role::Assistant,
+                        content,
+                    });
                 }
                 other => panic!("unexpected role {other}"),
             }
@@ -347,7 +381,10 @@ impl Neutral {
                 .iter()
                 .map(|t| tool_spec(&t["function"], "parameters"))
                 .collect(),
-            max: openai_cap(body).unwrap_or(Value::from(1024)).as_u64().unwrap() as u32,
+            max: openai_cap(body)
+                .unwrap_or(Value::from(1024))
+                .as_u64()
+                .unwrap() as u32,
         }
     }
 
@@ -361,7 +398,10 @@ impl Neutral {
             };
             if role == "assistant" {
                 let content = blocks.iter().map(assistant_part).collect();
-                messages.push(Message { role: Role::Assistant, content });
+                messages.push(Message {
+                    role: Role::Assistant,
+                    content,
+                });
                 continue;
             }
             for b in &blocks {
@@ -388,7 +428,9 @@ impl Neutral {
 
 fn assistant_part(b: &Value) -> Part {
     match b["type"].as_str().unwrap() {
-        "text" => Part::Text { text: str_of(&b["text"]) },
+        "text" => Part::Text {
+            text: str_of(&b["text"]),
+        },
         "tool_use" => Part::ToolCall {
             id: str_of(&b["id"]),
             name: str_of(&b["name"]),
@@ -457,7 +499,12 @@ fn anthropic_shape(body: &Value) -> Value {
         .map(|m| {
             let blocks = match &m["content"] {
                 Value::String(s) => vec![json!({"type": "text", "text": s})],
-                other => other.as_array().unwrap().iter().map(anthropic_block).collect(),
+                other => other
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(anthropic_block)
+                    .collect(),
             };
             json!({"role": m["role"], "content": blocks})
         })
@@ -476,7 +523,9 @@ fn anthropic_shape(body: &Value) -> Value {
 fn anthropic_block(b: &Value) -> Value {
     match b["type"].as_str().unwrap() {
         "text" => json!({"type": "text", "text": b["text"]}),
-        "tool_use" => json!({"type": "tool_use", "id": b["id"], "name": b["name"], "input": b["input"]}),
+        "tool_use" => {
+            json!({"type": "tool_use", "id": b["id"], "name": b["name"], "input": b["input"]})
+        }
         "tool_result" => json!({"type": "tool_result", "tool_use_id": b["tool_use_id"],
                                 "content": text_of(&b["content"]),
                                 "is_error": b["is_error"].as_bool().unwrap_or(false)}),
@@ -553,10 +602,17 @@ async fn anthropic_fixture_responses_parse_to_the_recorded_result() {
 /// hand so a shared misreading cannot pass unnoticed.
 #[tokio::test]
 async fn parallel_calls_are_pinned_by_hand() {
-    let f = fixtures(Api::OpenAi).into_iter().find(|f| f.name.starts_with("04_")).unwrap();
+    let f = fixtures(Api::OpenAi)
+        .into_iter()
+        .find(|f| f.name.starts_with("04_"))
+        .unwrap();
     let server = serve(Api::OpenAi, 200, f.body(), &[]).await;
     let msgs = hello();
-    let resp = Api::OpenAi.provider(&server, "gpt-4o").complete(&request("", &msgs, &[], 64)).await.unwrap();
+    let resp = Api::OpenAi
+        .provider(&server, "gpt-4o")
+        .complete(&request("", &msgs, &[], 64))
+        .await
+        .unwrap();
     assert_eq!(
         resp.message.content,
         [
@@ -572,22 +628,64 @@ async fn parallel_calls_are_pinned_by_hand() {
             },
         ]
     );
-    assert_eq!((resp.usage, resp.stop), (Usage { input: 75, output: 53, cached: 0 }, StopReason::ToolUse));
+    assert_eq!(
+        (resp.usage, resp.stop),
+        (
+            Usage {
+                input: 75,
+                output: 53,
+                cached: 0
+            },
+            StopReason::ToolUse
+        )
+    );
 
-    let f = fixtures(Api::Anthropic).into_iter().find(|f| f.name.starts_with("04_")).unwrap();
+    let f = fixtures(Api::Anthropic)
+        .into_iter()
+        .find(|f| f.name.starts_with("04_"))
+        .unwrap();
     let server = serve(Api::Anthropic, 200, f.body(), &[]).await;
-    let resp = Api::Anthropic.provider(&server, "claude").complete(&request("", &msgs, &[], 64)).await.unwrap();
-    let names: Vec<String> = resp.message.tool_calls().into_iter().map(|c| c.args["name"].to_string()).collect();
-    assert_eq!(names, [r#""Alice""#, r#""Bob""#, r#""Charlie""#, r#""Daisy""#]);
-    assert!(resp.message.joined_text().starts_with("I'll help you find out who is the youngest"));
-    assert_eq!((resp.usage, resp.stop), (Usage { input: 423, output: 202, cached: 0 }, StopReason::ToolUse));
+    let resp = Api::Anthropic
+        .provider(&server, "claude")
+        .complete(&request("", &msgs, &[], 64))
+        .await
+        .unwrap();
+    let names: Vec<String> = resp
+        .message
+        .tool_calls()
+        .into_iter()
+        .map(|c| c.args["name"].to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [r#""Alice""#, r#""Bob""#, r#""Charlie""#, r#""Daisy""#]
+    );
+    assert!(
+        resp.message
+            .joined_text()
+            .starts_with("I'll help you find out who is the youngest")
+    );
+    assert_eq!(
+        (resp.usage, resp.stop),
+        (
+            Usage {
+                input: 423,
+                output: 202,
+                cached: 0
+            },
+            StopReason::ToolUse
+        )
+    );
 }
 
 // ---- fixtures: requests ----------------------------------------------------------------
 
 async fn replay_requests(api: Api) -> Vec<String> {
     let mut passed = Vec::new();
-    for f in fixtures(api).into_iter().filter(|f| !f.json["request"].is_null()) {
+    for f in fixtures(api)
+        .into_iter()
+        .filter(|f| !f.json["request"].is_null())
+    {
         let recorded = &f.json["request"]["body"];
         let neutral = match api {
             Api::OpenAi => Neutral::from_openai(recorded),
@@ -601,13 +699,23 @@ async fn replay_requests(api: Api) -> Vec<String> {
         let sent = sent_body(&server).await;
         match api {
             Api::OpenAi => {
-                assert_eq!(openai_shape(&sent), openai_shape(recorded), "fixture {}", f.name);
+                assert_eq!(
+                    openai_shape(&sent),
+                    openai_shape(recorded),
+                    "fixture {}",
+                    f.name
+                );
                 if let Some(cap) = openai_cap(recorded) {
                     assert_eq!(sent["max_tokens"], cap, "fixture {}", f.name);
                 }
             }
             Api::Anthropic => {
-                assert_eq!(anthropic_shape(&sent), anthropic_shape(recorded), "fixture {}", f.name)
+                assert_eq!(
+                    anthropic_shape(&sent),
+                    anthropic_shape(recorded),
+                    "fixture {}",
+                    f.name
+                )
             }
         }
         passed.push(f.name);
@@ -636,15 +744,27 @@ async fn tool_results_are_placed_as_each_api_wants() {
         Message {
             role: Role::Assistant,
             content: vec![
-                Part::ToolCall { id: "a".into(), name: "t".into(), args: json!({}) },
-                Part::ToolCall { id: "b".into(), name: "t".into(), args: json!({}) },
+                Part::ToolCall {
+                    id: "a".into(),
+                    name: "t".into(),
+                    args: json!({}),
+                },
+                Part::ToolCall {
+                    id: "b".into(),
+                    name: "t".into(),
+                    args: json!({}),
+                },
             ],
         },
         Message::tool_result("a", json!({"n": 1}), false),
         Message::tool_result("b", json!({"error": "timeout"}), true),
     ];
     let server = serve(Api::OpenAi, 200, &Api::OpenAi.ok_body(), &[]).await;
-    Api::OpenAi.provider(&server, "m").complete(&request("", &msgs, &[], 64)).await.unwrap();
+    Api::OpenAi
+        .provider(&server, "m")
+        .complete(&request("", &msgs, &[], 64))
+        .await
+        .unwrap();
     let sent = sent_body(&server).await;
     assert_eq!(
         sent["messages"].as_array().unwrap()[2..],
@@ -655,7 +775,11 @@ async fn tool_results_are_placed_as_each_api_wants() {
     );
 
     let server = serve(Api::Anthropic, 200, &Api::Anthropic.ok_body(), &[]).await;
-    Api::Anthropic.provider(&server, "m").complete(&request("", &msgs, &[], 64)).await.unwrap();
+    Api::Anthropic
+        .provider(&server, "m")
+        .complete(&request("", &msgs, &[], 64))
+        .await
+        .unwrap();
     let sent = sent_body(&server).await;
     assert_eq!(sent["messages"].as_array().unwrap().len(), 3);
     assert_eq!(
@@ -687,16 +811,32 @@ async fn replay_errors(api: Api) -> Vec<String> {
             .complete(&request("", &msgs, &[], 64))
             .await
             .expect_err(&f.name);
-        let ModelError::Status { status, message, should_retry, .. } = &err else {
+        let ModelError::Status {
+            status,
+            message,
+            should_retry,
+            ..
+        } = &err
+        else {
             panic!("{}: not a status error: {err:?}", f.name);
         };
         assert_eq!(*status, f.status(), "fixture {}", f.name);
         assert_eq!(*message, recorded_message(f.body()), "fixture {}", f.name);
         let header = f.headers().into_iter().find(|(k, _)| k == "x-should-retry");
-        assert_eq!(*should_retry, header.map(|(_, v)| v == "true"), "fixture {}", f.name);
+        assert_eq!(
+            *should_retry,
+            header.map(|(_, v)| v == "true"),
+            "fixture {}",
+            f.name
+        );
         // The fixtures tag what a client should do; the brief's table agrees.
         assert_eq!(err.is_transient(), f.has_tag("retry"), "fixture {}", f.name);
-        assert_eq!(err.is_transient(), matches!(f.status(), 429 | 500 | 503 | 529), "fixture {}", f.name);
+        assert_eq!(
+            err.is_transient(),
+            matches!(f.status(), 429 | 500 | 503 | 529),
+            "fixture {}",
+            f.name
+        );
         passed.push(f.name);
     }
     passed
@@ -741,7 +881,8 @@ async fn anthropic_error_fixtures_are_classified() {
 /// `fails` answers of `status` with `headers`, then a success.
 async fn flaky(api: Api, status: u16, headers: &[(&str, &str)], fails: u64) -> MockServer {
     let server = MockServer::start().await;
-    let mut failure = ResponseTemplate::new(status).set_body_json(json!({"error": {"message": "busy"}}));
+    let mut failure =
+        ResponseTemplate::new(status).set_body_json(json!({"error": {"message": "busy"}}));
     for (k, v) in headers {
         failure = failure.insert_header(*k, *v);
     }
@@ -790,7 +931,10 @@ async fn retry_after_as_an_http_date_sets_the_wait() {
     let sleeps = sleeps_before_success(Api::OpenAi, 503, &[("retry-after", &soon)]).await;
     // Whole seconds on the wire, and a moment passes before the header is read.
     for s in sleeps {
-        assert!((Duration::from_secs(8)..=Duration::from_secs(10)).contains(&s), "{s:?}");
+        assert!(
+            (Duration::from_secs(8)..=Duration::from_secs(10)).contains(&s),
+            "{s:?}"
+        );
     }
 }
 
@@ -802,7 +946,13 @@ async fn retry_after_is_capped_by_the_policy_max() {
 
 #[tokio::test]
 async fn without_retry_after_the_wait_doubles() {
-    let server = serve(Api::OpenAi, 503, &json!({"error": {"message": "busy"}}), &[]).await;
+    let server = serve(
+        Api::OpenAi,
+        503,
+        &json!({"error": {"message": "busy"}}),
+        &[],
+    )
+    .await;
     let (res, clock, events) = run(&[Api::OpenAi.provider(&server, "m")], 4).await;
     assert_eq!(res.as_ref().err().and_then(status_of), Some(503));
     assert_eq!(clock.sleeps(), [100, 200, 400].map(Duration::from_millis));
@@ -818,7 +968,8 @@ async fn without_retry_after_the_wait_doubles() {
 
 async fn requests_for(api: Api, status: u16, headers: &[(&str, &str)], expect: u64) -> ModelError {
     let server = MockServer::start().await;
-    let mut template = ResponseTemplate::new(status).set_body_json(json!({"error": {"message": "no"}}));
+    let mut template =
+        ResponseTemplate::new(status).set_body_json(json!({"error": {"message": "no"}}));
     for (k, v) in headers {
         template = template.insert_header(*k, *v);
     }
@@ -865,20 +1016,31 @@ async fn x_should_retry_overrides_the_status() {
 async fn a_slow_server_hits_the_per_request_timeout() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(Api::OpenAi.ok_body()).set_delay(Duration::from_secs(5)))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(Api::OpenAi.ok_body())
+                .set_delay(Duration::from_secs(5)),
+        )
         .mount(&server)
         .await;
     for api in [Api::OpenAi, Api::Anthropic] {
         let provider = api.provider_at(&server.uri(), "m", Duration::from_millis(200));
         let msgs = hello();
         let started = std::time::Instant::now();
-        let err = provider.complete(&request("", &msgs, &[], 64)).await.unwrap_err();
+        let err = provider
+            .complete(&request("", &msgs, &[], 64))
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, ModelError::Timeout { timeout, .. } if timeout == Duration::from_millis(200)),
             "{api:?}: {err:?}"
         );
         assert!(err.is_transient());
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
 
@@ -899,8 +1061,15 @@ async fn a_dropped_connection_is_a_transient_connection_error() {
     let uri = hang_up_server();
     for api in [Api::OpenAi, Api::Anthropic] {
         let msgs = hello();
-        let err = api.provider_at(&uri, "m", TIMEOUT).complete(&request("", &msgs, &[], 64)).await.unwrap_err();
-        assert!(matches!(err, ModelError::Connection { .. }), "{api:?}: {err:?}");
+        let err = api
+            .provider_at(&uri, "m", TIMEOUT)
+            .complete(&request("", &msgs, &[], 64))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ModelError::Connection { .. }),
+            "{api:?}: {err:?}"
+        );
         assert!(err.is_transient());
     }
 }
@@ -908,7 +1077,10 @@ async fn a_dropped_connection_is_a_transient_connection_error() {
 #[tokio::test]
 async fn a_refused_connection_is_a_transient_connection_error() {
     // Bind then drop: the port is (almost certainly) closed for the next moment.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let msgs = hello();
     let err = Api::OpenAi
         .provider_at(&format!("http://{addr}"), "m", TIMEOUT)
@@ -921,7 +1093,9 @@ async fn a_refused_connection_is_a_transient_connection_error() {
 async fn bad_2xx(api: Api, body: &str) -> ModelError {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(body.as_bytes().to_vec(), "application/json"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw(body.as_bytes().to_vec(), "application/json"),
+        )
         .expect(1)
         .mount(&server)
         .await;
@@ -934,11 +1108,20 @@ async fn bad_2xx(api: Api, body: &str) -> ModelError {
 #[tokio::test]
 async fn a_truncated_json_body_is_a_bad_response_tried_once() {
     for (api, body) in [
-        (Api::OpenAi, r#"{"choices": [{"message": {"role": "assistant", "content": "The refund"#),
-        (Api::Anthropic, r#"{"content": [{"type": "text", "text": "The refund"#),
+        (
+            Api::OpenAi,
+            r#"{"choices": [{"message": {"role": "assistant", "content": "The refund"#,
+        ),
+        (
+            Api::Anthropic,
+            r#"{"content": [{"type": "text", "text": "The refund"#,
+        ),
     ] {
         let err = bad_2xx(api, body).await;
-        assert!(matches!(err, ModelError::BadResponse { .. }), "{api:?}: {err:?}");
+        assert!(
+            matches!(err, ModelError::BadResponse { .. }),
+            "{api:?}: {err:?}"
+        );
     }
 }
 
@@ -947,7 +1130,10 @@ async fn a_2xx_of_the_wrong_shape_is_a_bad_response() {
     for api in [Api::OpenAi, Api::Anthropic] {
         for body in [r#"{"hello": "world"}"#, "[]", "", "<html>ok</html>"] {
             let err = bad_2xx(api, body).await;
-            assert!(matches!(err, ModelError::BadResponse { .. }), "{api:?} {body:?}: {err:?}");
+            assert!(
+                matches!(err, ModelError::BadResponse { .. }),
+                "{api:?} {body:?}: {err:?}"
+            );
         }
     }
 }
@@ -958,13 +1144,21 @@ async fn a_2xx_of_the_wrong_shape_is_a_bad_response() {
 async fn a_fallback_model_takes_over_when_retries_are_spent() {
     let down = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})))
+        .respond_with(
+            ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})),
+        )
         .expect(3)
         .mount(&down)
         .await;
-    let f = fixtures(Api::Anthropic).into_iter().find(|f| f.name.starts_with("03_")).unwrap();
+    let f = fixtures(Api::Anthropic)
+        .into_iter()
+        .find(|f| f.name.starts_with("03_"))
+        .unwrap();
     let up = serve(Api::Anthropic, 200, f.body(), &[]).await;
-    let models = [Api::OpenAi.provider(&down, "gpt-4o-mini"), Api::Anthropic.provider(&up, "claude-sonnet-4-5")];
+    let models = [
+        Api::OpenAi.provider(&down, "gpt-4o-mini"),
+        Api::Anthropic.provider(&up, "claude-sonnet-4-5"),
+    ];
 
     let (res, clock, events) = run(&models, 3).await;
     let resp = res.unwrap();
@@ -976,8 +1170,18 @@ async fn a_fallback_model_takes_over_when_retries_are_spent() {
     assert_eq!(
         events,
         [
-            TraceEvent::ModelRetry { model: "openai:gpt-4o-mini".into(), attempt: 1, error: error.clone(), delay_ms: 100 },
-            TraceEvent::ModelRetry { model: "openai:gpt-4o-mini".into(), attempt: 2, error: error.clone(), delay_ms: 200 },
+            TraceEvent::ModelRetry {
+                model: "openai:gpt-4o-mini".into(),
+                attempt: 1,
+                error: error.clone(),
+                delay_ms: 100
+            },
+            TraceEvent::ModelRetry {
+                model: "openai:gpt-4o-mini".into(),
+                attempt: 2,
+                error: error.clone(),
+                delay_ms: 200
+            },
             TraceEvent::ModelFallback {
                 from: "openai:gpt-4o-mini".into(),
                 to: "anthropic:claude-sonnet-4-5".into(),
@@ -989,12 +1193,37 @@ async fn a_fallback_model_takes_over_when_retries_are_spent() {
 
 #[tokio::test]
 async fn when_every_model_fails_the_last_error_is_returned() {
-    let a = serve(Api::OpenAi, 401, &json!({"error": {"message": "bad key"}}), &[]).await;
-    let b = serve(Api::Anthropic, 404, &json!({"error": {"message": "no such model"}}), &[]).await;
-    let (res, _, events) = run(&[Api::OpenAi.provider(&a, "x"), Api::Anthropic.provider(&b, "y")], 3).await;
+    let a = serve(
+        Api::OpenAi,
+        401,
+        &json!({"error": {"message": "bad key"}}),
+        &[],
+    )
+    .await;
+    let b = serve(
+        Api::Anthropic,
+        404,
+        &json!({"error": {"message": "no such model"}}),
+        &[],
+    )
+    .await;
+    let (res, _, events) = run(
+        &[
+            Api::OpenAi.provider(&a, "x"),
+            Api::Anthropic.provider(&b, "y"),
+        ],
+        3,
+    )
+    .await;
     let err = res.unwrap_err();
-    assert_eq!(err.to_string(), "anthropic returned HTTP 404: no such model");
-    assert!(matches!(&events[..], [TraceEvent::ModelFallback { .. }]), "{events:?}");
+    assert_eq!(
+        err.to_string(),
+        "anthropic returned HTTP 404: no such model"
+    );
+    assert!(
+        matches!(&events[..], [TraceEvent::ModelFallback { .. }]),
+        "{events:?}"
+    );
 }
 
 // ---- headers and secrets -------------------------------------------------------------------
@@ -1005,18 +1234,43 @@ async fn each_api_gets_its_headers_and_no_key_means_no_authorization() {
     let msgs = hello();
     let req = request("", &msgs, &[], 64);
     // With a trailing slash on the base URL, and with a key.
-    openai(&format!("{}/v1/", server.uri()), Some(OPENAI_KEY), "m", TIMEOUT).complete(&req).await.unwrap();
+    openai(
+        &format!("{}/v1/", server.uri()),
+        Some(OPENAI_KEY),
+        "m",
+        TIMEOUT,
+    )
+    .complete(&req)
+    .await
+    .unwrap();
     // A local server: no key at all.
-    openai(&format!("{}/v1", server.uri()), None, "m", TIMEOUT).complete(&req).await.unwrap();
+    openai(&format!("{}/v1", server.uri()), None, "m", TIMEOUT)
+        .complete(&req)
+        .await
+        .unwrap();
     let reqs = server.received_requests().await.unwrap();
-    let auth = |i: usize| reqs[i].headers.get("authorization").map(|v| v.to_str().unwrap().to_string());
+    let auth = |i: usize| {
+        reqs[i]
+            .headers
+            .get("authorization")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
     assert_eq!(auth(0), Some(format!("Bearer {OPENAI_KEY}")));
     assert_eq!(auth(1), None);
 
     let server = serve(Api::Anthropic, 200, &Api::Anthropic.ok_body(), &[]).await;
-    Api::Anthropic.provider(&server, "m").complete(&req).await.unwrap();
+    Api::Anthropic
+        .provider(&server, "m")
+        .complete(&req)
+        .await
+        .unwrap();
     let reqs = server.received_requests().await.unwrap();
-    let h = |name: &str| reqs[0].headers.get(name).map(|v| v.to_str().unwrap().to_string());
+    let h = |name: &str| {
+        reqs[0]
+            .headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    };
     assert_eq!(h("x-api-key").as_deref(), Some(ANTHROPIC_KEY));
     assert_eq!(h("anthropic-version").as_deref(), Some("2023-06-01"));
     assert_eq!(h("content-type").as_deref(), Some("application/json"));
@@ -1042,7 +1296,10 @@ async fn the_api_key_never_appears_in_errors_debug_or_traces() {
         for text in printed {
             assert!(!text.contains(key), "{api:?} leaked the key: {text}");
         }
-        assert!(err.to_string().contains("[redacted] is over quota"), "{err}");
+        assert!(
+            err.to_string().contains("[redacted] is over quota"),
+            "{err}"
+        );
     }
 }
 

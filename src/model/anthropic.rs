@@ -144,7 +144,10 @@ fn translate(req: &ModelRequest<'_>) -> (String, Vec<Value>) {
         .iter()
         .position(|m| m.role != Role::System)
         .unwrap_or(req.messages.len());
-    let joined: Vec<String> = req.messages[..leading].iter().map(Message::joined_text).collect();
+    let joined: Vec<String> = req.messages[..leading]
+        .iter()
+        .map(Message::joined_text)
+        .collect();
     system.extend(joined.iter().map(String::as_str).filter(|s| !s.is_empty()));
     let mut out = Turns::default();
     for m in &req.messages[leading..] {
@@ -293,7 +296,11 @@ mod tests {
     use super::*;
     use crate::model::ToolSpec;
 
-    fn req<'a>(system: &'a str, messages: &'a [Message], tools: &'a [ToolSpec]) -> ModelRequest<'a> {
+    fn req<'a>(
+        system: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> ModelRequest<'a> {
         ModelRequest {
             system,
             messages,
@@ -316,7 +323,13 @@ mod tests {
             Message::text(Role::User, "go"),
             Message {
                 role: Role::Assistant,
-                content: vec![Part::Text { text: "two calls".into() }, call("a"), call("b")],
+                content: vec![
+                    Part::Text {
+                        text: "two calls".into(),
+                    },
+                    call("a"),
+                    call("b"),
+                ],
             },
             Message::tool_result("a", json!({"ok": 1}), false),
             Message::tool_result("b", json!("boom"), true),
@@ -353,7 +366,10 @@ mod tests {
         let msgs = vec![
             Message::text(Role::System, "stored prompt"),
             Message::text(Role::User, "go"),
-            Message { role: Role::Assistant, content: vec![call("a")] },
+            Message {
+                role: Role::Assistant,
+                content: vec![call("a")],
+            },
             Message::tool_result("a", json!(1), false),
             Message::text(Role::System, "you are repeating yourself"),
         ];
@@ -372,7 +388,11 @@ mod tests {
     #[test]
     fn no_system_field_when_there_is_none() {
         let msgs = [Message::text(Role::User, "hi")];
-        assert!(request_body("m", &req("", &msgs, &[])).get("system").is_none());
+        assert!(
+            request_body("m", &req("", &msgs, &[]))
+                .get("system")
+                .is_none()
+        );
     }
 
     #[test]
@@ -387,8 +407,18 @@ mod tests {
                       "cache_read_input_tokens": 100, "inference_geo": "x"},
         }))
         .unwrap();
-        assert_eq!(stop_reason(resp.stop_reason.as_deref()), StopReason::Other("pause_turn".into()));
-        assert_eq!(resp.usage.unwrap().neutral(), Usage { input: 115, output: 3, cached: 100 });
+        assert_eq!(
+            stop_reason(resp.stop_reason.as_deref()),
+            StopReason::Other("pause_turn".into())
+        );
+        assert_eq!(
+            resp.usage.unwrap().neutral(),
+            Usage {
+                input: 115,
+                output: 3,
+                cached: 100
+            }
+        );
         let msg = neutral(resp.content);
         assert_eq!(msg.joined_text(), "ok");
         assert_eq!(msg.tool_calls()[0].args, json!({"a": 1}));
@@ -397,7 +427,10 @@ mod tests {
     #[test]
     fn a_missing_key_names_the_variable() {
         let err = config_from("claude", Duration::from_secs(1), |_| None).unwrap_err();
-        assert!(matches!(&err, ModelError::Config(m) if m.contains("ANTHROPIC_API_KEY")), "{err}");
+        assert!(
+            matches!(&err, ModelError::Config(m) if m.contains("ANTHROPIC_API_KEY")),
+            "{err}"
+        );
         let ok = config_from("claude", Duration::from_secs(1), |v| {
             (v == "ANTHROPIC_API_KEY").then(|| "sk-ant-secret".to_string())
         })

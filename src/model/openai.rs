@@ -202,7 +202,11 @@ fn assistant(m: &Message) -> Value {
     let text = m.joined_text();
     // `content: null` rather than "" when the turn was only tool calls, as OpenAI itself
     // returns it; some compatible servers reject an empty string next to tool calls.
-    let content = if text.is_empty() { Value::Null } else { Value::String(text) };
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    };
     let mut msg = json!({"role": "assistant", "content": content});
     let calls: Vec<Value> = m
         .tool_calls()
@@ -303,7 +307,10 @@ impl ChoiceMessage {
             content.push(Part::ToolCall {
                 // A tool result must name its call; a server that omits ids still gets
                 // stable, unique ones.
-                id: call.id.filter(|s| !s.is_empty()).unwrap_or_else(|| format!("call_{i}")),
+                id: call
+                    .id
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| format!("call_{i}")),
                 name: call.function.name,
                 args: arguments(call.function.arguments),
             });
@@ -373,7 +380,11 @@ mod tests {
     use super::*;
     use crate::model::ToolSpec;
 
-    fn req<'a>(system: &'a str, messages: &'a [Message], tools: &'a [ToolSpec]) -> ModelRequest<'a> {
+    fn req<'a>(
+        system: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> ModelRequest<'a> {
         ModelRequest {
             system,
             messages,
@@ -439,7 +450,10 @@ mod tests {
     fn openai_itself_gets_max_completion_tokens() {
         let official = Url::parse("https://api.openai.com/v1/chat/completions").unwrap();
         let local = Url::parse("http://127.0.0.1:11434/v1/chat/completions").unwrap();
-        assert_eq!(TokenField::for_url(&official), TokenField::MaxCompletionTokens);
+        assert_eq!(
+            TokenField::for_url(&official),
+            TokenField::MaxCompletionTokens
+        );
         assert_eq!(TokenField::for_url(&local), TokenField::MaxTokens);
         let body = request_body("m", TokenField::MaxCompletionTokens, &req("", &[], &[]));
         assert_eq!(body["max_completion_tokens"], 256);
@@ -451,8 +465,14 @@ mod tests {
         let m = Message {
             role: Role::Assistant,
             content: vec![
-                Part::Text { text: "let me look".into() },
-                Part::ToolCall { id: "c".into(), name: "t".into(), args: json!({}) },
+                Part::Text {
+                    text: "let me look".into(),
+                },
+                Part::ToolCall {
+                    id: "c".into(),
+                    name: "t".into(),
+                    args: json!({}),
+                },
             ],
         };
         let v = assistant(&m);
@@ -478,7 +498,14 @@ mod tests {
         let (msg, stop, usage) = resp.into_parts().unwrap();
         assert_eq!(msg, Message::text(Role::Assistant, "hi"));
         assert_eq!(stop, StopReason::MaxTokens);
-        assert_eq!(usage, Usage { input: 4, output: 100, cached: 2 });
+        assert_eq!(
+            usage,
+            Usage {
+                input: 4,
+                output: 100,
+                cached: 2
+            }
+        );
     }
 
     #[test]

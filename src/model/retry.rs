@@ -98,7 +98,13 @@ async fn with_retries(
             Err(err) if err.is_transient() && attempt < attempts => err,
             Err(err) => return Err(err),
         };
-        let delay = backoff::delay(policy.base, policy.max, attempt - 1, err.retry_after(), clock);
+        let delay = backoff::delay(
+            policy.base,
+            policy.max,
+            attempt - 1,
+            err.retry_after(),
+            clock,
+        );
         events.emit(TraceEvent::ModelRetry {
             model: name.to_string(),
             attempt,
@@ -133,23 +139,43 @@ mod tests {
 
     #[tokio::test]
     async fn a_transient_failure_is_retried_after_the_servers_delay() {
-        let models = [script("a", r#"{"turns": [{"text": "hi", "fail": {"status": 429, "retry_after": 2}}]}"#)];
+        let models = [script(
+            "a",
+            r#"{"turns": [{"text": "hi", "fail": {"status": 429, "retry_after": 2}}]}"#,
+        )];
         let (clock, events) = (FakeClock::new(0), EventBuffer::default());
-        let resp = complete(&models, &request(&[]), &clock, &events).await.unwrap();
+        let resp = complete(&models, &request(&[]), &clock, &events)
+            .await
+            .unwrap();
         assert_eq!(resp.message.joined_text(), "hi");
         assert_eq!(clock.sleeps(), [Duration::from_secs(2)]);
         let evs = events.take();
-        assert!(matches!(&evs[..], [TraceEvent::ModelRetry { attempt: 1, delay_ms: 2000, .. }]), "{evs:?}");
+        assert!(
+            matches!(
+                &evs[..],
+                [TraceEvent::ModelRetry {
+                    attempt: 1,
+                    delay_ms: 2000,
+                    ..
+                }]
+            ),
+            "{evs:?}"
+        );
     }
 
     #[tokio::test]
     async fn a_permanent_failure_falls_back_without_retrying() {
         let models = [
-            script("a", r#"{"turns": [{"text": "a", "fail": {"status": 400}}]}"#),
+            script(
+                "a",
+                r#"{"turns": [{"text": "a", "fail": {"status": 400}}]}"#,
+            ),
             script("b", r#"{"turns": [{"text": "b"}]}"#),
         ];
         let (clock, events) = (FakeClock::new(0), EventBuffer::default());
-        let resp = complete(&models, &request(&[]), &clock, &events).await.unwrap();
+        let resp = complete(&models, &request(&[]), &clock, &events)
+            .await
+            .unwrap();
         assert_eq!(resp.model, "script:b");
         assert!(clock.sleeps().is_empty());
         let evs = events.take();
@@ -164,9 +190,13 @@ mod tests {
         let models = [script("a", r#"{"turns": [{"text": "a"}]}"#)];
         let history = [Message::text(Role::Assistant, "done")];
         let (clock, events) = (FakeClock::new(0), EventBuffer::default());
-        let err = complete(&models, &request(&history), &clock, &events).await.unwrap_err();
+        let err = complete(&models, &request(&history), &clock, &events)
+            .await
+            .unwrap_err();
         assert!(matches!(err, ModelError::ScriptExhausted { .. }), "{err}");
-        let none = complete(&[], &request(&[]), &clock, &events).await.unwrap_err();
+        let none = complete(&[], &request(&[]), &clock, &events)
+            .await
+            .unwrap_err();
         assert!(matches!(none, ModelError::Config(_)));
     }
 }

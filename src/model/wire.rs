@@ -76,7 +76,9 @@ impl Http {
             .timeout(timeout)
             .default_headers(headers)
             .build()
-            .map_err(|e| ModelError::Config(format!("{provider}: cannot build HTTP client: {e}")))?;
+            .map_err(|e| {
+                ModelError::Config(format!("{provider}: cannot build HTTP client: {e}"))
+            })?;
         Ok(Http {
             provider,
             client,
@@ -86,7 +88,11 @@ impl Http {
     }
 
     /// One POST of `body`; a 2xx body is decoded into `T`, anything else is an error.
-    pub async fn post<T: DeserializeOwned>(&self, url: &Url, body: &Value) -> Result<T, ModelError> {
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        url: &Url,
+        body: &Value,
+    ) -> Result<T, ModelError> {
         let resp = self
             .client
             .post(url.clone())
@@ -191,7 +197,10 @@ fn error_message(status: StatusCode, body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
     if text.is_empty() {
-        return status.canonical_reason().unwrap_or("no message").to_string();
+        return status
+            .canonical_reason()
+            .unwrap_or("no message")
+            .to_string();
     }
     // An HTML error page from a proxy can be long; the start says what it is.
     text.chars().take(500).collect()
@@ -218,15 +227,30 @@ mod tests {
 
     #[test]
     fn error_messages_come_from_every_known_body_shape() {
-        assert_eq!(msg(400, r#"{"error":{"message":"bad","code":null}}"#), "bad");
         assert_eq!(
-            msg(429, r#"{"error":{"code":429,"message":"Provider returned error","metadata":{"raw":"slow down"}}}"#),
+            msg(400, r#"{"error":{"message":"bad","code":null}}"#),
+            "bad"
+        );
+        assert_eq!(
+            msg(
+                429,
+                r#"{"error":{"code":429,"message":"Provider returned error","metadata":{"raw":"slow down"}}}"#
+            ),
             "Provider returned error (slow down)"
         );
-        assert_eq!(msg(400, r#"{"object":"error","message":"vllm says no"}"#), "vllm says no");
-        assert_eq!(msg(404, r#"{"error":"model not found"}"#), "model not found");
+        assert_eq!(
+            msg(400, r#"{"object":"error","message":"vllm says no"}"#),
+            "vllm says no"
+        );
+        assert_eq!(
+            msg(404, r#"{"error":"model not found"}"#),
+            "model not found"
+        );
         assert_eq!(msg(422, r#"{"detail":"nope"}"#), "nope");
-        assert_eq!(msg(502, "<html>Bad Gateway</html>"), "<html>Bad Gateway</html>");
+        assert_eq!(
+            msg(502, "<html>Bad Gateway</html>"),
+            "<html>Bad Gateway</html>"
+        );
         assert_eq!(msg(503, ""), "Service Unavailable");
     }
 
@@ -243,7 +267,10 @@ mod tests {
         let b = endpoint("http://h:1/v1/", "chat/completions", "X").unwrap();
         assert_eq!(a, b);
         assert_eq!(a.as_str(), "http://h:1/v1/chat/completions");
-        assert!(matches!(endpoint("not a url", "x", "X"), Err(ModelError::Config(_))));
+        assert!(matches!(
+            endpoint("not a url", "x", "X"),
+            Err(ModelError::Config(_))
+        ));
     }
 
     #[test]
