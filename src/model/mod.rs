@@ -7,9 +7,11 @@ pub mod openai;
 pub mod retry;
 pub mod script;
 pub mod types;
+mod wire;
 
 pub use error::ModelError;
 pub use types::*;
+pub use wire::ApiKey;
 
 use std::fmt;
 use std::path::PathBuf;
