@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use toml::Spanned;
-use toml::de::{DeTable, DeValue, ValueDeserializer};
+use toml::de::{DeString, DeTable, DeValue, ValueDeserializer};
 
 use super::Sink;
 
@@ -99,7 +99,7 @@ pub enum Where<'a> {
 /// Reads the parsed document into raw sections, reporting what does not fit.
 pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
     let mut file = RawFile::default();
-    for (key, value) in doc {
+    for (key, value) in in_file_order(doc) {
         match key.get_ref().as_ref() {
             "defaults" => file.defaults = read_section(value, text, Where::Section("defaults"), sink),
             "policy" => file.policy = read_section(value, text, Where::Section("policy"), sink),
@@ -114,6 +114,14 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
     file
 }
 
+/// Entries as they appear in the file (the map itself is sorted by key), so problems
+/// are reported top to bottom.
+fn in_file_order<'i>(table: DeTable<'i>) -> Vec<(Spanned<DeString<'i>>, Spanned<DeValue<'i>>)> {
+    let mut entries: Vec<_> = table.into_iter().collect();
+    entries.sort_by_key(|(k, _)| k.span().start);
+    entries
+}
+
 /// `tools` must be a table of tables, one per tool.
 fn read_tools(
     value: Spanned<DeValue<'_>>,
@@ -126,7 +134,7 @@ fn read_tools(
         sink.top(format!("tools: must be a table of [tools.NAME] tables ({at})"));
         return;
     };
-    for (name, tool) in table {
+    for (name, tool) in in_file_order(table) {
         let name = name.into_inner().into_owned();
         let section = read_section(tool, text, Where::Tool(&name), sink);
         tools.insert(name, section);
@@ -187,11 +195,12 @@ fn drop_unknown_keys<T: DeserializeOwned>(
     sink: &mut Sink,
 ) {
     let known = field_names::<T>();
-    let unknown: Vec<(String, usize)> = table
+    let mut unknown: Vec<(String, usize)> = table
         .keys()
         .filter(|k| !known.contains(&k.get_ref().as_ref()))
         .map(|k| (k.get_ref().to_string(), k.span().start))
         .collect();
+    unknown.sort_by_key(|(_, offset)| *offset);
     for (name, offset) in unknown {
         let at = location(text, offset);
         sink.at(place, format!("unknown key `{name}` ({at}); {}", hint(&name, known)));
