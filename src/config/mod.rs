@@ -72,7 +72,9 @@ pub fn parse(text: &str, origin: &Path) -> Result<ToolsConfig, ConfigErrors> {
     let doc = match toml::de::DeTable::parse(text) {
         Ok(doc) => doc.into_inner(),
         Err(e) => {
-            let at = e.span().map_or(String::new(), |s| format!(" at {}", raw::location(text, s.start)));
+            let at = e.span().map_or(String::new(), |s| {
+                format!(" at {}", raw::location(text, s.start))
+            });
             sink.top(format!("syntax error{at}: {}", raw::one_line(e.message())));
             return sink.finish(ToolsConfig::default());
         }
@@ -97,7 +99,10 @@ pub(crate) struct Sink {
 
 impl Sink {
     fn new(file: &Path) -> Self {
-        Sink { file: file.to_path_buf(), errors: Vec::new() }
+        Sink {
+            file: file.to_path_buf(),
+            errors: Vec::new(),
+        }
     }
 
     /// A problem outside any tool.
@@ -128,9 +133,19 @@ impl Sink {
 
     fn push(&mut self, tool: Option<&str>, message: String) {
         // Quoted TOML keys may hold line breaks; escape them so each error stays one line.
-        let tool = tool.map(|t| if t.contains(char::is_control) { t.escape_debug().to_string() } else { t.to_string() });
+        let tool = tool.map(|t| {
+            if t.contains(char::is_control) {
+                t.escape_debug().to_string()
+            } else {
+                t.to_string()
+            }
+        });
         let message = message.replace(['\n', '\r'], " ");
-        self.errors.push(ConfigError { file: self.file.clone(), tool, message });
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            tool,
+            message,
+        });
     }
 
     /// File-level problems first, then each tool's together, each in the order found.

@@ -101,7 +101,9 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
     let mut file = RawFile::default();
     for (key, value) in in_file_order(doc) {
         match key.get_ref().as_ref() {
-            "defaults" => file.defaults = read_section(value, text, Where::Section("defaults"), sink),
+            "defaults" => {
+                file.defaults = read_section(value, text, Where::Section("defaults"), sink)
+            }
             "policy" => file.policy = read_section(value, text, Where::Section("policy"), sink),
             "tools" => read_tools(value, text, &mut file.tools, sink),
             other => {
@@ -131,7 +133,9 @@ fn read_tools(
 ) {
     let at = location(text, value.span().start);
     let DeValue::Table(table) = value.into_inner() else {
-        sink.top(format!("tools: must be a table of [tools.NAME] tables ({at})"));
+        sink.top(format!(
+            "tools: must be a table of [tools.NAME] tables ({at})"
+        ));
         return;
     };
     for (name, tool) in in_file_order(table) {
@@ -184,7 +188,10 @@ pub fn read_section<T: DeserializeOwned + Default>(
 /// A section that could not be read: every key counts as already reported.
 fn unreadable<T: DeserializeOwned + Default>() -> Section<T> {
     let broken = field_names::<T>().iter().map(|f| f.to_string()).collect();
-    Section { value: T::default(), broken }
+    Section {
+        value: T::default(),
+        broken,
+    }
 }
 
 /// Reports and removes keys `T` does not know, so each is named with a suggestion.
@@ -203,7 +210,10 @@ fn drop_unknown_keys<T: DeserializeOwned>(
     unknown.sort_by_key(|(_, offset)| *offset);
     for (name, offset) in unknown {
         let at = location(text, offset);
-        sink.at(place, format!("unknown key `{name}` ({at}); {}", hint(&name, known)));
+        sink.at(
+            place,
+            format!("unknown key `{name}` ({at}); {}", hint(&name, known)),
+        );
         table.remove(name.as_str());
     }
 }
@@ -211,7 +221,9 @@ fn drop_unknown_keys<T: DeserializeOwned>(
 /// The key of `table` a problem at `span` belongs to.
 fn key_at(table: &DeTable<'_>, span: &Range<usize>) -> Option<String> {
     let covers = |r: Range<usize>| r.start <= span.start && span.start < r.end.max(r.start + 1);
-    let direct = table.iter().find(|(k, v)| covers(k.span()) || covers(v.span()));
+    let direct = table
+        .iter()
+        .find(|(k, v)| covers(k.span()) || covers(v.span()));
     // A `[tools.x.http]` or `[[tools.x.fallback]]` table's span is only its header;
     // its body follows, so take the nearest such header before the problem.
     let nested = || {
@@ -264,7 +276,9 @@ pub fn location(text: &str, offset: usize) -> String {
 
 /// Serde speaks of Rust ("expected i64", "field"); users wrote TOML.
 fn plain_types(message: &str) -> String {
-    message.replace("expected i64", "expected an integer").replace("unknown field", "unknown key")
+    message
+        .replace("expected i64", "expected an integer")
+        .replace("unknown field", "unknown key")
 }
 
 /// Error texts from libraries may span lines; ours are one line each.
@@ -306,5 +320,39 @@ impl<'de> serde::Deserializer<'de> for FieldProbe<'_> {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
         byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
         identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_names_come_from_the_struct() {
+        assert_eq!(
+            field_names::<RawDefaults>(),
+            ["timeout", "attempts", "backoff", "max_backoff"]
+        );
+        assert_eq!(field_names::<RawHttp>(), ["method", "url", "headers"]);
+    }
+
+    #[test]
+    fn locations_count_lines_and_characters_from_one() {
+        let text = "ab\nµx\n";
+        assert_eq!(location(text, 0), "line 1, column 1");
+        assert_eq!(location(text, 5), "line 2, column 2");
+        assert_eq!(location(text, 99), "line 3, column 1");
+    }
+
+    #[test]
+    fn hints_suggest_near_misses_only() {
+        assert_eq!(
+            hint("timout", &["timeout", "attempts"]),
+            "did you mean `timeout`?"
+        );
+        assert_eq!(
+            hint("zzz", &["timeout", "attempts"]),
+            "expected one of: timeout, attempts"
+        );
     }
 }

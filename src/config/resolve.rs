@@ -27,7 +27,12 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         backoff: d.backoff.as_deref(),
         max_backoff: d.max_backoff.as_deref(),
     };
-    let defaults = resolve_retry(&fields, &RetryPolicy::default(), Where::Section("defaults"), sink);
+    let defaults = resolve_retry(
+        &fields,
+        &RetryPolicy::default(),
+        Where::Section("defaults"),
+        sink,
+    );
     let policy = resolve_policy(raw.policy.value, sink);
     let cwd = command_cwd(origin);
     let mut tools = BTreeMap::new();
@@ -38,7 +43,11 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         tools.insert(name, tool);
     }
     check_fallbacks(&tools, &props, sink);
-    ToolsConfig { defaults, policy, tools }
+    ToolsConfig {
+        defaults,
+        policy,
+        tools,
+    }
 }
 
 /// The child's working directory: where the tools.toml is, so relative paths in it
@@ -58,7 +67,12 @@ struct RetryFields<'a> {
     max_backoff: Option<&'a str>,
 }
 
-fn resolve_retry(f: &RetryFields<'_>, base: &RetryPolicy, place: Where<'_>, sink: &mut Sink) -> RetryPolicy {
+fn resolve_retry(
+    f: &RetryFields<'_>,
+    base: &RetryPolicy,
+    place: Where<'_>,
+    sink: &mut Sink,
+) -> RetryPolicy {
     let mut p = base.clone();
     if let Some(d) = duration(f.timeout, "timeout", place, sink) {
         if d.is_zero() {
@@ -78,8 +92,15 @@ fn resolve_retry(f: &RetryFields<'_>, base: &RetryPolicy, place: Where<'_>, sink
     // Only blame the place that set one of the two, not every tool that inherits them.
     let set_here = f.backoff.is_some() || f.max_backoff.is_some();
     if set_here && p.backoff > p.max_backoff {
-        let (b, m) = (humantime::format_duration(p.backoff), humantime::format_duration(p.max_backoff));
-        sink.key(place, "backoff", format!("{b} is longer than max_backoff {m}"));
+        let (b, m) = (
+            humantime::format_duration(p.backoff),
+            humantime::format_duration(p.max_backoff),
+        );
+        sink.key(
+            place,
+            "backoff",
+            format!("{b} is longer than max_backoff {m}"),
+        );
     }
     p
 }
@@ -98,7 +119,11 @@ fn resolve_policy(raw: RawPolicy, sink: &mut Sink) -> Policy {
     let mut p = Policy::default();
     let place = Where::Section("policy");
     let counts = [
-        ("breaker_threshold", raw.breaker_threshold, &mut p.breaker_threshold),
+        (
+            "breaker_threshold",
+            raw.breaker_threshold,
+            &mut p.breaker_threshold,
+        ),
         ("disable_after", raw.disable_after, &mut p.disable_after),
         ("stuck_repeats", raw.stuck_repeats, &mut p.stuck_repeats),
     ];
@@ -109,7 +134,12 @@ fn resolve_policy(raw: RawPolicy, sink: &mut Sink) -> Policy {
             None => {}
         }
     }
-    for (i, pattern) in raw.approval_patterns.unwrap_or_default().into_iter().enumerate() {
+    for (i, pattern) in raw
+        .approval_patterns
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
         if pattern.trim().is_empty() {
             let msg = "must not be empty (it would match every argument)".into();
             sink.key(place, &format!("approval_patterns[{i}]"), msg);
@@ -135,11 +165,18 @@ fn resolve_tool(
     }
     let description = raw.description.clone().unwrap_or_default();
     if description.trim().is_empty() && !broken.contains("description") {
-        let problem = if raw.description.is_some() { "must not be empty" } else { "missing" };
+        let problem = if raw.description.is_some() {
+            "must not be empty"
+        } else {
+            "missing"
+        };
         sink.key(place, "description", problem.into());
     }
     // A tool without arguments may leave the schema out; providers still need one.
-    let input_schema = raw.input_schema.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+    let input_schema = raw
+        .input_schema
+        .clone()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
     let props = match validate::check_input_schema(&input_schema) {
         Ok(p) => Some(p),
         Err(e) if !broken.contains("input_schema") => {
@@ -163,7 +200,12 @@ fn resolve_tool(
         kind,
         retry,
         idempotent: raw.idempotent.unwrap_or(false),
-        fallback: raw.fallback.unwrap_or_default().into_iter().map(fallback_step).collect(),
+        fallback: raw
+            .fallback
+            .unwrap_or_default()
+            .into_iter()
+            .map(fallback_step)
+            .collect(),
         stale: raw.stale.unwrap_or(false),
         approval: approval(raw.approval.as_deref(), place, sink),
         on_unknown: on_unknown(raw.on_unknown.as_deref(), place, sink),
@@ -172,7 +214,10 @@ fn resolve_tool(
 }
 
 fn fallback_step(raw: RawFallback) -> FallbackStep {
-    FallbackStep { tool: raw.tool, map: raw.map.unwrap_or_default() }
+    FallbackStep {
+        tool: raw.tool,
+        map: raw.map.unwrap_or_default(),
+    }
 }
 
 fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval {
@@ -181,7 +226,11 @@ fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval 
         Some("always") => Approval::Always,
         Some("never") => Approval::Never,
         Some(other) => {
-            sink.key(place, "approval", format!("must be \"always\", \"never\" or \"auto\", not {other:?}"));
+            sink.key(
+                place,
+                "approval",
+                format!("must be \"always\", \"never\" or \"auto\", not {other:?}"),
+            );
             Approval::Auto
         }
     }
@@ -192,7 +241,11 @@ fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> OnUnkno
         None | Some("escalate") => OnUnknown::Escalate,
         Some("tell_model") => OnUnknown::TellModel,
         Some(other) => {
-            sink.key(place, "on_unknown", format!("must be \"escalate\" or \"tell_model\", not {other:?}"));
+            sink.key(
+                place,
+                "on_unknown",
+                format!("must be \"escalate\" or \"tell_model\", not {other:?}"),
+            );
             OnUnknown::Escalate
         }
     }
@@ -217,11 +270,16 @@ fn resolve_kind(
         None => DEFAULT_OUTPUT_CAP,
     };
     match (&raw.command, &raw.http) {
-        (Some(_), Some(_)) => sink.tool(name, "set exactly one of `command` or `http`, not both".into()),
+        (Some(_), Some(_)) => sink.tool(
+            name,
+            "set exactly one of `command` or `http`, not both".into(),
+        ),
         (None, None) if !broken.contains("command") && !broken.contains("http") => {
             sink.tool(name, "missing `command` or `http` (set exactly one)".into());
         }
-        (None, Some(http)) => return ToolKind::Http(http_spec(name, http, raw, props, output_cap, sink)),
+        (None, Some(http)) => {
+            return ToolKind::Http(http_spec(name, http, raw, props, output_cap, sink));
+        }
         _ => {}
     }
     let argv = raw.command.clone().unwrap_or_default();
@@ -232,13 +290,22 @@ fn resolve_kind(
             sink.key(place, &format!("env[{i}]"), e);
         }
     }
-    ToolKind::Command(CommandSpec { argv, env, cwd: cwd.to_path_buf(), output_cap })
+    ToolKind::Command(CommandSpec {
+        argv,
+        env,
+        cwd: cwd.to_path_buf(),
+        output_cap,
+    })
 }
 
 fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
     let place = Where::Tool(name);
     if present && argv.is_empty() {
-        sink.key(place, "command", "must not be empty (an argv such as [\"python3\", \"tool.py\"])".into());
+        sink.key(
+            place,
+            "command",
+            "must not be empty (an argv such as [\"python3\", \"tool.py\"])".into(),
+        );
     } else if argv.first().is_some_and(|a| a.trim().is_empty()) {
         sink.key(place, "command[0]", "must name a program".into());
     }
@@ -273,7 +340,12 @@ fn http_spec(
             sink.key(place, &format!("http.headers.{key}"), e);
         }
     }
-    HttpSpec { method, url, headers, output_cap }
+    HttpSpec {
+        method,
+        url,
+        headers,
+        output_cap,
+    }
 }
 
 fn check_url(url: &str, props: Option<&BTreeSet<String>>, place: Where<'_>, sink: &mut Sink) {
@@ -285,7 +357,10 @@ fn check_url(url: &str, props: Option<&BTreeSet<String>>, place: Where<'_>, sink
         return;
     };
     for hole in holes.iter().filter(|h| !props.contains(&h.name)) {
-        let msg = format!("placeholder `{{{}}}` is not a property in input_schema", hole.name);
+        let msg = format!(
+            "placeholder `{{{}}}` is not a property in input_schema",
+            hole.name
+        );
         sink.key(place, "http.url", msg);
     }
 }
@@ -302,9 +377,17 @@ fn check_fallbacks(
         for (i, step) in tool.fallback.iter().enumerate() {
             let key = format!("fallback[{i}]");
             if step.tool == *name {
-                sink.key(Where::Tool(name), &format!("{key}.tool"), "a tool cannot fall back to itself".into());
+                sink.key(
+                    Where::Tool(name),
+                    &format!("{key}.tool"),
+                    "a tool cannot fall back to itself".into(),
+                );
             } else if !tools.contains_key(&step.tool) {
-                sink.key(Where::Tool(name), &format!("{key}.tool"), format!("unknown tool `{}`", step.tool));
+                sink.key(
+                    Where::Tool(name),
+                    &format!("{key}.tool"),
+                    format!("unknown tool `{}`", step.tool),
+                );
             } else {
                 edges.push(step.tool.clone());
                 check_map(name, &key, step, props, sink);
@@ -346,9 +429,11 @@ mod tests {
 
     #[test]
     fn cwd_is_the_tools_toml_directory() {
-        assert_eq!(command_cwd(Path::new("conf/tools.toml")), PathBuf::from("conf"));
+        assert_eq!(
+            command_cwd(Path::new("conf/tools.toml")),
+            PathBuf::from("conf")
+        );
         assert_eq!(command_cwd(Path::new("tools.toml")), PathBuf::from("."));
         assert_eq!(command_cwd(Path::new("")), PathBuf::from("."));
     }
-
 }

@@ -136,7 +136,12 @@ fn design_example_parses_to_the_expected_config() {
     };
     let delete_record = ToolDef {
         approval: Approval::Always,
-        ..tool("delete_record", "Delete a record", schema("id"), command(&["./tools/delete_record.sh"]))
+        ..tool(
+            "delete_record",
+            "Delete a record",
+            schema("id"),
+            command(&["./tools/delete_record.sh"]),
+        )
     };
     let expected = ToolsConfig {
         defaults: RetryPolicy::default(),
@@ -144,7 +149,10 @@ fn design_example_parses_to_the_expected_config() {
             approval_patterns: vec!["rm -rf".into(), "drop table".into()],
             ..Policy::default()
         },
-        tools: [search_kb, kb_cache, delete_record].into_iter().map(|t| (t.name.clone(), t)).collect(),
+        tools: [search_kb, kb_cache, delete_record]
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect(),
     };
     assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
 }
@@ -160,7 +168,10 @@ fn retry_values_inherit_tool_then_defaults_then_built_in() {
     let text = format!(
         "[defaults]\ntimeout = \"2s\"\nattempts = 5\n{}{}",
         cmd_tool("plain", ""),
-        cmd_tool("custom", "attempts = 1\nbackoff = \"1s\"\nmax_backoff = \"2m\""),
+        cmd_tool(
+            "custom",
+            "attempts = 1\nbackoff = \"1s\"\nmax_backoff = \"2m\""
+        ),
     );
     let cfg = parse_ok(&text);
     let inherited = RetryPolicy {
@@ -182,24 +193,42 @@ fn retry_values_inherit_tool_then_defaults_then_built_in() {
 #[test]
 fn optional_keys_resolve_to_their_values() {
     let extra = "env = [\"GH_TOKEN\"]\noutput_cap = 1024\non_unknown = \"tell_model\"\napproval = \"never\"";
-    let text = format!("[policy]\napproval_patterns = [\"RM -RF\"]\n{}", cmd_tool("t", extra));
+    let text = format!(
+        "[policy]\napproval_patterns = [\"RM -RF\"]\n{}",
+        cmd_tool("t", extra)
+    );
     let cfg = parse_ok(&text);
     assert_eq!(cfg.policy.approval_patterns, vec!["rm -rf".to_string()]);
     let t = &cfg.tools["t"];
-    assert_eq!((t.on_unknown, t.approval), (OnUnknown::TellModel, Approval::Never));
-    let ToolKind::Command(spec) = &t.kind else { panic!("not a command tool: {t:?}") };
-    assert_eq!((spec.env.clone(), spec.output_cap), (vec!["GH_TOKEN".to_string()], 1024));
+    assert_eq!(
+        (t.on_unknown, t.approval),
+        (OnUnknown::TellModel, Approval::Never)
+    );
+    let ToolKind::Command(spec) = &t.kind else {
+        panic!("not a command tool: {t:?}")
+    };
+    assert_eq!(
+        (spec.env.clone(), spec.output_cap),
+        (vec!["GH_TOKEN".to_string()], 1024)
+    );
     // A tool without arguments may leave out its schema.
     assert_eq!(t.input_schema, json!({"type": "object", "properties": {}}));
 }
 
 #[test]
 fn http_method_defaults_to_get_and_is_upper_cased() {
-    let cfg = parse_ok(&http_tool_with("a", "method = \"post\", url = \"https://x.test/{q}\""));
-    let ToolKind::Http(spec) = &cfg.tools["a"].kind else { panic!("not http") };
+    let cfg = parse_ok(&http_tool_with(
+        "a",
+        "method = \"post\", url = \"https://x.test/{q}\"",
+    ));
+    let ToolKind::Http(spec) = &cfg.tools["a"].kind else {
+        panic!("not http")
+    };
     assert_eq!(spec.method, "POST");
     let cfg = parse_ok(&http_tool("a", "https://x.test/{q}"));
-    let ToolKind::Http(spec) = &cfg.tools["a"].kind else { panic!("not http") };
+    let ToolKind::Http(spec) = &cfg.tools["a"].kind else {
+        panic!("not http")
+    };
     assert_eq!(spec.method, "GET");
 }
 
@@ -213,7 +242,10 @@ fn syntax_error_has_line_and_column() {
 
 #[test]
 fn unknown_keys_are_named_with_where_and_a_suggestion() {
-    let text = format!("[tool.x]\n[defaults]\nretries = 3\n{}", cmd_tool("a", "timout = \"1s\""));
+    let text = format!(
+        "[tool.x]\n[defaults]\nretries = 3\n{}",
+        cmd_tool("a", "timout = \"1s\"")
+    );
     assert_errors(
         &text,
         &[
@@ -227,7 +259,10 @@ fn unknown_keys_are_named_with_where_and_a_suggestion() {
 #[test]
 fn wrong_types_are_all_reported_with_their_location() {
     assert_errors(
-        &cmd_tool("a", "attempts = \"3\"\nidempotent = \"yes\"\n[tools.a.http]\nmehtod = \"GET\""),
+        &cmd_tool(
+            "a",
+            "attempts = \"3\"\nidempotent = \"yes\"\n[tools.a.http]\nmehtod = \"GET\"",
+        ),
         &[
             "tools.toml: tool `a`: attempts: invalid type: string \"3\", expected an integer (line 4, column 12)",
             "tools.toml: tool `a`: http: unknown key `mehtod`, expected one of `method`, `url`, `headers` (line 7, column 1)",
@@ -244,30 +279,54 @@ fn each_defect_has_its_own_one_line_message() {
             cmd_tool("a", "timeout = \"8 parsecs\""),
             "tools.toml: tool `a`: timeout: bad duration \"8 parsecs\": unknown time unit \"parsecs\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations)",
         ),
-        (cmd_tool("a", "timeout = \"0s\""), "tools.toml: tool `a`: timeout: must be greater than zero"),
-        (cmd_tool("a", "attempts = 0"), "tools.toml: tool `a`: attempts: must be between 1 and 20, not 0"),
-        ("[defaults]\nattempts = 21".into(), "tools.toml: defaults.attempts: must be between 1 and 20, not 21"),
+        (
+            cmd_tool("a", "timeout = \"0s\""),
+            "tools.toml: tool `a`: timeout: must be greater than zero",
+        ),
+        (
+            cmd_tool("a", "attempts = 0"),
+            "tools.toml: tool `a`: attempts: must be between 1 and 20, not 0",
+        ),
+        (
+            "[defaults]\nattempts = 21".into(),
+            "tools.toml: defaults.attempts: must be between 1 and 20, not 21",
+        ),
         (
             cmd_tool("a", "backoff = \"1m\""),
             "tools.toml: tool `a`: backoff: 1m is longer than max_backoff 30s",
         ),
-        ("[policy]\nbreaker_threshold = 0".into(), "tools.toml: policy.breaker_threshold: must be at least 1, not 0"),
+        (
+            "[policy]\nbreaker_threshold = 0".into(),
+            "tools.toml: policy.breaker_threshold: must be at least 1, not 0",
+        ),
         (
             "[policy]\napproval_patterns = [\"rm\", \" \"]".into(),
             "tools.toml: policy.approval_patterns[1]: must not be empty (it would match every argument)",
         ),
-        ("[tools.a]\ncommand = [\"run\"]".into(), "tools.toml: tool `a`: description: missing"),
-        ("[tools.a]\ndescription = \" \"\ncommand = [\"run\"]".into(), "tools.toml: tool `a`: description: must not be empty"),
+        (
+            "[tools.a]\ncommand = [\"run\"]".into(),
+            "tools.toml: tool `a`: description: missing",
+        ),
+        (
+            "[tools.a]\ndescription = \" \"\ncommand = [\"run\"]".into(),
+            "tools.toml: tool `a`: description: must not be empty",
+        ),
         (
             cmd_tool("\"search kb\"", ""),
             "tools.toml: tool `search kb`: name must match ^[A-Za-z0-9_-]{1,64}$ (model providers require it)",
         ),
-        (cmd_tool("ask_user", ""), "tools.toml: tool `ask_user`: name `ask_user` is reserved for the built-in tool"),
+        (
+            cmd_tool("ask_user", ""),
+            "tools.toml: tool `ask_user`: name `ask_user` is reserved for the built-in tool",
+        ),
         (
             cmd_tool("a", "http = { url = \"https://x.test/\" }"),
             "tools.toml: tool `a`: set exactly one of `command` or `http`, not both",
         ),
-        ("[tools.a]\ndescription = \"d\"".into(), "tools.toml: tool `a`: missing `command` or `http` (set exactly one)"),
+        (
+            "[tools.a]\ndescription = \"d\"".into(),
+            "tools.toml: tool `a`: missing `command` or `http` (set exactly one)",
+        ),
         (
             "[tools.a]\ndescription = \"d\"\ncommand = []".into(),
             "tools.toml: tool `a`: command: must not be empty (an argv such as [\"python3\", \"tool.py\"])",
@@ -293,7 +352,10 @@ fn each_defect_has_its_own_one_line_message() {
             "tools.toml: tool `a`: input_schema: must be an object schema (type = \"object\")",
         ),
         (
-            cmd_tool("a", "input_schema = { type = \"object\", properties = { q = { type = \"strin\" } } }"),
+            cmd_tool(
+                "a",
+                "input_schema = { type = \"object\", properties = { q = { type = \"strin\" } } }",
+            ),
             "tools.toml: tool `a`: input_schema: not a valid JSON Schema at /properties/q/type: \"strin\" is not valid under any of the schemas listed in the 'anyOf' keyword",
         ),
         (
@@ -305,12 +367,19 @@ fn each_defect_has_its_own_one_line_message() {
             "tools.toml: tool `a`: fallback[0].tool: a tool cannot fall back to itself",
         ),
         (
-            format!("{}{}", cmd_tool("a", "fallback = [{ tool = \"b\", map = { q = \"q\" } }]"), http_tool("b", "https://x.test/")),
+            format!(
+                "{}{}",
+                cmd_tool("a", "fallback = [{ tool = \"b\", map = { q = \"q\" } }]"),
+                http_tool("b", "https://x.test/")
+            ),
             "tools.toml: tool `a`: fallback[0].map: `q` is not a property in this tool's input_schema",
         ),
         (
-            format!("{}{}", http_tool("a", "https://x.test/"), "fallback = [{ tool = \"b\", map = { q = \"query\" } }]\n")
-                + &http_tool("b", "https://x.test/"),
+            format!(
+                "{}{}",
+                http_tool("a", "https://x.test/"),
+                "fallback = [{ tool = \"b\", map = { q = \"query\" } }]\n"
+            ) + &http_tool("b", "https://x.test/"),
             "tools.toml: tool `a`: fallback[0].map: `query` is not a property in `b`'s input_schema",
         ),
         (
@@ -321,17 +390,26 @@ fn each_defect_has_its_own_one_line_message() {
             cmd_tool("a", "on_unknown = \"retry\""),
             "tools.toml: tool `a`: on_unknown: must be \"escalate\" or \"tell_model\", not \"retry\"",
         ),
-        (cmd_tool("a", "output_cap = 0"), "tools.toml: tool `a`: output_cap: must be at least 1, not 0"),
+        (
+            cmd_tool("a", "output_cap = 0"),
+            "tools.toml: tool `a`: output_cap: must be at least 1, not 0",
+        ),
         (
             cmd_tool("a", "env = [\"MY-TOKEN\"]"),
             "tools.toml: tool `a`: env[0]: \"MY-TOKEN\" is not a valid environment variable name",
         ),
         (
-            format!("{}env = [\"KB_TOKEN\"]\n", http_tool("a", "https://x.test/")),
+            format!(
+                "{}env = [\"KB_TOKEN\"]\n",
+                http_tool("a", "https://x.test/")
+            ),
             "tools.toml: tool `a`: env: only command tools take `env`; http tools read `${VAR}` in headers",
         ),
         (
-            http_tool_with("a", "url = \"https://x.test/\", headers = { Authorization = \"Bearer ${KB_TOKEN\" }"),
+            http_tool_with(
+                "a",
+                "url = \"https://x.test/\", headers = { Authorization = \"Bearer ${KB_TOKEN\" }",
+            ),
             "tools.toml: tool `a`: http.headers.Authorization: unclosed `${`",
         ),
     ];
@@ -343,8 +421,12 @@ fn each_defect_has_its_own_one_line_message() {
 
 #[test]
 fn fallback_cycle_is_reported_with_its_path() {
-    let text = cmd_tool("a", "fallback = [{ tool = \"b\" }]") + &cmd_tool("b", "fallback = [{ tool = \"a\" }]");
-    assert_errors(&text, &["tools.toml: tool `a`: fallback: cycle a -> b -> a"]);
+    let text = cmd_tool("a", "fallback = [{ tool = \"b\" }]")
+        + &cmd_tool("b", "fallback = [{ tool = \"a\" }]");
+    assert_errors(
+        &text,
+        &["tools.toml: tool `a`: fallback: cycle a -> b -> a"],
+    );
 }
 
 #[test]
@@ -352,7 +434,10 @@ fn longer_cycle_is_reported_once_from_its_first_tool() {
     let text = cmd_tool("c", "fallback = [{ tool = \"a\" }]")
         + &cmd_tool("b", "fallback = [{ tool = \"c\" }]")
         + &cmd_tool("a", "fallback = [{ tool = \"b\" }]");
-    assert_errors(&text, &["tools.toml: tool `a`: fallback: cycle a -> b -> c -> a"]);
+    assert_errors(
+        &text,
+        &["tools.toml: tool `a`: fallback: cycle a -> b -> c -> a"],
+    );
 }
 
 #[test]
@@ -379,7 +464,9 @@ fn every_defect_in_a_file_is_reported_in_one_run() {
 
 #[test]
 fn render_errors_lists_every_line_and_a_count() {
-    let Err(errs) = parse("[tools.a]\n", Path::new("tools.toml")) else { panic!("expected errors") };
+    let Err(errs) = parse("[tools.a]\n", Path::new("tools.toml")) else {
+        panic!("expected errors")
+    };
     assert_eq!(
         render_errors(&errs),
         "tools.toml: tool `a`: description: missing\n\
@@ -395,7 +482,9 @@ fn load_returns_the_config_and_the_raw_text() {
     std::fs::write(&path, DESIGN_EXAMPLE).unwrap();
     let (cfg, text) = load(&path).unwrap();
     assert_eq!(text, DESIGN_EXAMPLE);
-    let ToolKind::Command(spec) = &cfg.tools["kb_cache"].kind else { panic!("not a command") };
+    let ToolKind::Command(spec) = &cfg.tools["kb_cache"].kind else {
+        panic!("not a command")
+    };
     assert_eq!(spec.cwd, dir.path());
 }
 
@@ -403,5 +492,9 @@ fn load_returns_the_config_and_the_raw_text() {
 fn load_reports_a_missing_file() {
     let errs = load(Path::new("/nonexistent/tools.toml")).unwrap_err();
     assert_eq!(errs.0.len(), 1);
-    assert!(errs.0[0].to_string().starts_with("/nonexistent/tools.toml: cannot read: "));
+    assert!(
+        errs.0[0]
+            .to_string()
+            .starts_with("/nonexistent/tools.toml: cannot read: ")
+    );
 }

@@ -34,7 +34,9 @@ pub fn check_count(value: i64, min: i64, max: Option<i64>) -> Result<u32, String
 /// Environment variable names a command tool may keep (see DESIGN §3).
 pub fn check_env_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
         Ok(())
     } else {
@@ -81,7 +83,10 @@ pub fn url_placeholders(url: &str) -> Result<Vec<Placeholder>, String> {
                 if name.is_empty() || !name.chars().all(ok) {
                     return Err(format!("bad placeholder `{{{name}}}`"));
                 }
-                out.push(Placeholder { name: name.to_string(), span: start..i + 1 });
+                out.push(Placeholder {
+                    name: name.to_string(),
+                    span: start..i + 1,
+                });
                 open = None;
             }
             _ => {}
@@ -111,7 +116,10 @@ pub fn check_url_template(url: &str) -> Result<(), String> {
         let part = if hole.span.start < sep {
             "scheme"
         } else if hole.span.start < authority_end {
-            authority_part(&url[authority_start..authority_end], hole.span.start - authority_start)
+            authority_part(
+                &url[authority_start..authority_end],
+                hole.span.start - authority_start,
+            )
         } else if hole.span.start > fragment_start {
             "fragment"
         } else {
@@ -145,7 +153,11 @@ fn authority_part(authority: &str, offset: usize) -> &'static str {
 }
 
 /// With placeholders filled, the template must be a URL with a host.
-fn check_url_shape(url: &str, holes: &[Placeholder], authority: Range<usize>) -> Result<(), String> {
+fn check_url_shape(
+    url: &str,
+    holes: &[Placeholder],
+    authority: Range<usize>,
+) -> Result<(), String> {
     if url[authority].trim().is_empty() {
         return Err(format!("{url:?} has no host"));
     }
@@ -170,11 +182,20 @@ pub fn check_input_schema(schema: &Value) -> Result<BTreeSet<String>, String> {
     }
     if let Err(e) = jsonschema::validator_for(schema) {
         let path = e.instance_path().to_string();
-        let at = if path.is_empty() { String::new() } else { format!(" at {path}") };
-        return Err(format!("not a valid JSON Schema{at}: {}", super::raw::one_line(&e.to_string())));
+        let at = if path.is_empty() {
+            String::new()
+        } else {
+            format!(" at {path}")
+        };
+        return Err(format!(
+            "not a valid JSON Schema{at}: {}",
+            super::raw::one_line(&e.to_string())
+        ));
     }
     let props = schema.get("properties").and_then(Value::as_object);
-    Ok(props.map(|p| p.keys().cloned().collect()).unwrap_or_default())
+    Ok(props
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default())
 }
 
 /// Cycles in the fallback graph (tool -> its fallbacks), each once, as a path that
@@ -216,9 +237,162 @@ fn walk<'g>(
 /// Rotates a cycle to start at its smallest name and closes it: `[b, a]` -> `a b a`.
 fn normalise_cycle(cycle: &[&String]) -> Vec<String> {
     let first = (0..cycle.len()).min_by_key(|i| cycle[*i]).unwrap_or(0);
-    let mut path: Vec<String> = cycle[first..].iter().chain(&cycle[..first]).map(|s| s.to_string()).collect();
+    let mut path: Vec<String> = cycle[first..]
+        .iter()
+        .chain(&cycle[..first])
+        .map(|s| s.to_string())
+        .collect();
     if let Some(head) = path.first().cloned() {
         path.push(head);
     }
     path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(url: &str) -> String {
+        match check_url_template(url) {
+            Ok(()) => panic!("{url} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn url_placeholders_in_path_and_query_are_allowed() {
+        for url in [
+            "http://127.0.0.1:8080/search?q={q}",
+            "https://api.example.com/v1/items/{id}/notes?limit={limit}&q={q}",
+            "https://example.com/{a}{b}",
+            "HTTPS://example.com/x",
+            "http://[::1]:8080/{id}",
+            "http://user:pw@example.com/{id}",
+            "https://example.com",
+        ] {
+            assert_eq!(check_url_template(url), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn url_placeholders_outside_path_and_query_are_rejected_by_part() {
+        let tail = "; placeholders are only allowed in the path or query";
+        let cases = [
+            ("{scheme}://example.com/", "scheme"),
+            ("https://{host}/x", "host"),
+            ("https://api.{host}.com/x", "host"),
+            ("https://example.com{host}/x", "host"),
+            ("https://example.com:{port}/x", "port"),
+            ("http://[::1]:{port}/x", "port"),
+            ("https://{user}@example.com/x", "userinfo"),
+            ("https://u:{pw}@example.com/x", "userinfo"),
+            ("https://example.com?q=1#{frag}", "fragment"),
+        ];
+        for (url, part) in cases {
+            let hole = url_placeholders(url).unwrap()[0].name.clone();
+            assert_eq!(
+                rejected(url),
+                format!("placeholder `{{{hole}}}` is in the {part}{tail}"),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_url_templates_are_rejected() {
+        assert_eq!(
+            rejected("ftp://example.com/{q}"),
+            "\"ftp://example.com/{q}\" must start with http:// or https://"
+        );
+        assert_eq!(
+            rejected("example.com/{q}"),
+            "\"example.com/{q}\" must start with http:// or https://"
+        );
+        assert_eq!(rejected("http:///path"), "\"http:///path\" has no host");
+        assert_eq!(
+            rejected("https://example.com/{q"),
+            "unclosed `{` in a placeholder"
+        );
+        assert_eq!(
+            rejected("https://example.com/q}"),
+            "`}` without a matching `{`"
+        );
+        assert_eq!(
+            rejected("https://example.com/{{q}}"),
+            "nested `{` in a placeholder"
+        );
+        assert_eq!(rejected("https://example.com/{}"), "bad placeholder `{}`");
+        assert_eq!(
+            rejected("https://example.com/{a b}"),
+            "bad placeholder `{a b}`"
+        );
+        assert_eq!(
+            rejected("https://example.com/${TOKEN}"),
+            "`${VAR}` is only read in headers, not in the url"
+        );
+        assert!(
+            rejected("https://exa mple.com/")
+                .starts_with("\"https://exa mple.com/\" is not a valid URL: ")
+        );
+    }
+
+    #[test]
+    fn placeholders_are_listed_in_order() {
+        let names: Vec<String> = url_placeholders("http://h/{a}/x?b={b}")
+            .unwrap()
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    fn graph(edges: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
+        edges
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn cycles_are_found_once_each_and_chains_are_not_cycles() {
+        let g = graph(&[("a", &["b"]), ("b", &["c"]), ("c", &[])]);
+        assert!(find_cycles(&g).is_empty());
+        let g = graph(&[
+            ("b", &["a"]),
+            ("a", &["b", "c"]),
+            ("c", &["d"]),
+            ("d", &["c"]),
+        ]);
+        assert_eq!(find_cycles(&g), [vec!["a", "b", "a"], vec!["c", "d", "c"]]);
+    }
+
+    #[test]
+    fn counts_name_their_bounds() {
+        assert_eq!(check_count(3, 1, Some(20)), Ok(3));
+        assert_eq!(
+            check_count(-1, 1, None),
+            Err("must be at least 1, not -1".into())
+        );
+        assert_eq!(
+            check_count(i64::MAX, 1, None),
+            Err(format!("must be at least 1, not {}", i64::MAX))
+        );
+    }
+
+    #[test]
+    fn tool_names_follow_provider_rules() {
+        assert_eq!(check_tool_name("search_kb-2"), Ok(()));
+        assert!(check_tool_name(&"a".repeat(65)).is_err());
+        assert!(check_tool_name("").is_err());
+        assert!(check_tool_name("dot.name").is_err());
+    }
+
+    #[test]
+    fn header_templates_name_variables() {
+        assert_eq!(check_header_template("Bearer ${KB_TOKEN} x ${B}"), Ok(()));
+        assert_eq!(
+            check_header_template("${}"),
+            Err("\"\" is not a valid environment variable name".into())
+        );
+    }
 }
