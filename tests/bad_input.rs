@@ -26,38 +26,118 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case { name: "unclosed front matter", task: "+++\nmodel = \"script:script.json\"\nSay hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "never closed"] },
-    Case { name: "unknown front matter key", task: "+++\nmodel = \"script:script.json\"\nmax_stepz = 3\n+++\nSay hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "max_stepz"] },
-    Case { name: "zero max_steps", task: "+++\nmodel = \"script:script.json\"\nmax_steps = 0\n+++\nSay hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "max_steps", "positive"] },
-    Case { name: "model without provider", task: "+++\nmodel = \"gpt-4o\"\n+++\nSay hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "gpt-4o", "no provider"] },
-    Case { name: "empty task body", task: "+++\nmodel = \"script:script.json\"\n+++\n\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "no text"] },
-    Case { name: "no model at all", task: "Say hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["task.md", "no model"] },
-    Case { name: "task names an unknown tool", task: "+++\nmodel = \"script:script.json\"\ntools = [\"nope\"]\n+++\nSay hi.\n", tools: GOOD_TOOLS, script: GOOD_SCRIPT,
-        want: &["tools.toml", "nope"] },
-    Case { name: "tools.toml syntax error", task: GOOD_TASK, tools: "[tools.echo\ndescription = 1\n", script: GOOD_SCRIPT,
-        want: &["tools.toml"] },
-    Case { name: "tools.toml unknown key", task: GOOD_TASK, tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\ntimeuot = \"1s\"\n", script: GOOD_SCRIPT,
-        want: &["tools.toml", "echo", "timeuot"] },
-    Case { name: "bad duration", task: GOOD_TASK, tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\ntimeout = \"8 parsecs\"\n", script: GOOD_SCRIPT,
-        want: &["tools.toml", "echo", "timeout"] },
-    Case { name: "fallback to a missing tool", task: GOOD_TASK, tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"ghost\" }]\n", script: GOOD_SCRIPT,
-        want: &["tools.toml", "echo", "ghost"] },
-    Case { name: "fallback cycle", task: GOOD_TASK, tools: "[tools.a]\ndescription = \"a\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"b\" }]\n[tools.b]\ndescription = \"b\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"a\" }]\n", script: GOOD_SCRIPT,
-        want: &["tools.toml", "cycle"] },
-    Case { name: "command and http both", task: GOOD_TASK, tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nhttp = { url = \"http://127.0.0.1:1/x\" }\n", script: GOOD_SCRIPT,
-        want: &["tools.toml", "echo"] },
-    Case { name: "script is not JSON", task: GOOD_TASK, tools: GOOD_TOOLS, script: "{\"turns\": [",
-        want: &["script.json"] },
-    Case { name: "script with no turns", task: GOOD_TASK, tools: GOOD_TOOLS, script: "{\"turns\": []}",
-        want: &["script.json", "empty"] },
-    Case { name: "script turn with nothing in it", task: GOOD_TASK, tools: GOOD_TOOLS, script: "{\"turns\": [{\"usage\": {\"input\": 1}}]}",
-        want: &["script.json", "turn 0"] },
+    Case {
+        name: "unclosed front matter",
+        task: "+++\nmodel = \"script:script.json\"\nSay hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "never closed"],
+    },
+    Case {
+        name: "unknown front matter key",
+        task: "+++\nmodel = \"script:script.json\"\nmax_stepz = 3\n+++\nSay hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "max_stepz"],
+    },
+    Case {
+        name: "zero max_steps",
+        task: "+++\nmodel = \"script:script.json\"\nmax_steps = 0\n+++\nSay hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "max_steps", "positive"],
+    },
+    Case {
+        name: "model without provider",
+        task: "+++\nmodel = \"gpt-4o\"\n+++\nSay hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "gpt-4o", "no provider"],
+    },
+    Case {
+        name: "empty task body",
+        task: "+++\nmodel = \"script:script.json\"\n+++\n\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "no text"],
+    },
+    Case {
+        name: "no model at all",
+        task: "Say hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["task.md", "no model"],
+    },
+    Case {
+        name: "task names an unknown tool",
+        task: "+++\nmodel = \"script:script.json\"\ntools = [\"nope\"]\n+++\nSay hi.\n",
+        tools: GOOD_TOOLS,
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "nope"],
+    },
+    Case {
+        name: "tools.toml syntax error",
+        task: GOOD_TASK,
+        tools: "[tools.echo\ndescription = 1\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml"],
+    },
+    Case {
+        name: "tools.toml unknown key",
+        task: GOOD_TASK,
+        tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\ntimeuot = \"1s\"\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "echo", "timeuot"],
+    },
+    Case {
+        name: "bad duration",
+        task: GOOD_TASK,
+        tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\ntimeout = \"8 parsecs\"\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "echo", "timeout"],
+    },
+    Case {
+        name: "fallback to a missing tool",
+        task: GOOD_TASK,
+        tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"ghost\" }]\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "echo", "ghost"],
+    },
+    Case {
+        name: "fallback cycle",
+        task: GOOD_TASK,
+        tools: "[tools.a]\ndescription = \"a\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"b\" }]\n[tools.b]\ndescription = \"b\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nfallback = [{ tool = \"a\" }]\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "cycle"],
+    },
+    Case {
+        name: "command and http both",
+        task: GOOD_TASK,
+        tools: "[tools.echo]\ndescription = \"e\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nhttp = { url = \"http://127.0.0.1:1/x\" }\n",
+        script: GOOD_SCRIPT,
+        want: &["tools.toml", "echo"],
+    },
+    Case {
+        name: "script is not JSON",
+        task: GOOD_TASK,
+        tools: GOOD_TOOLS,
+        script: "{\"turns\": [",
+        want: &["script.json"],
+    },
+    Case {
+        name: "script with no turns",
+        task: GOOD_TASK,
+        tools: GOOD_TOOLS,
+        script: "{\"turns\": []}",
+        want: &["script.json", "empty"],
+    },
+    Case {
+        name: "script turn with nothing in it",
+        task: GOOD_TASK,
+        tools: GOOD_TOOLS,
+        script: "{\"turns\": [{\"usage\": {\"input\": 1}}]}",
+        want: &["script.json", "turn 0"],
+    },
 ];
 
 /// A project with one finished run, so "untouched" means something.
@@ -89,11 +169,26 @@ fn every_defect_is_one_line_naming_the_file_with_exit_2() {
         let lines: Vec<&str> = r.stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{}: expected one line\n{r}", case.name);
         for w in case.want {
-            assert!(lines[0].contains(w), "{}: `{w}` missing from {:?}", case.name, lines[0]);
+            assert!(
+                lines[0].contains(w),
+                "{}: `{w}` missing from {:?}",
+                case.name,
+                lines[0]
+            );
         }
         assert!(r.stdout.is_empty(), "{}: {r}", case.name);
-        assert_eq!(db_bytes(&p), bytes_before, "{}: database changed", case.name);
-        assert_eq!(p.run(&["runs", "list", "--json"]).json(), runs_before, "{}", case.name);
+        assert_eq!(
+            db_bytes(&p),
+            bytes_before,
+            "{}: database changed",
+            case.name
+        );
+        assert_eq!(
+            p.run(&["runs", "list", "--json"]).json(),
+            runs_before,
+            "{}",
+            case.name
+        );
     }
 }
 
@@ -102,7 +197,11 @@ fn a_missing_task_file_is_exit_2() {
     let p = Project::new();
     let r = p.run(&["start", "nope.md"]);
     r.expect_code(2);
-    assert!(r.stderr.starts_with("agentrun: nope.md: cannot read task file"), "{r}");
+    assert!(
+        r.stderr
+            .starts_with("agentrun: nope.md: cannot read task file"),
+        "{r}"
+    );
     assert!(!p.db().exists(), "nothing is created for bad input");
 }
 
@@ -127,13 +226,18 @@ fn listing_without_a_database_says_how_to_make_one() {
     let p = Project::new();
     let r = p.run(&["runs", "list"]);
     r.expect_code(2);
-    assert!(r.stderr.contains("no such file; `agentrun start` creates it"), "{r}");
+    assert!(
+        r.stderr
+            .contains("no such file; `agentrun start` creates it"),
+        "{r}"
+    );
 }
 
 #[test]
 fn bad_flags_are_usage_errors() {
     let p = Project::new();
-    p.run(&["start", "task.md", "--max-steps", "0"]).expect_code(2);
+    p.run(&["start", "task.md", "--max-steps", "0"])
+        .expect_code(2);
     p.run(&["runs", "list", "--status", "done"]).expect_code(2);
     p.run(&["frobnicate"]).expect_code(2);
     let _ = json!(null);

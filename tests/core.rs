@@ -51,12 +51,22 @@ fn quickstart_example_completes_with_an_answer() {
         .output()
         .expect("spawn");
     let out = String::from_utf8_lossy(&run.stdout);
-    assert_eq!(run.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{out}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["status"], "completed");
     assert_eq!(v["steps"], 3);
     assert_eq!(v["tokens"], json!({"input": 1630, "output": 102}));
-    assert!(v["answer"].as_str().unwrap().contains("within 30 days of delivery"));
+    assert!(
+        v["answer"]
+            .as_str()
+            .unwrap()
+            .contains("within 30 days of delivery")
+    );
     assert_eq!(v["escalation_id"], Value::Null);
 }
 
@@ -64,7 +74,10 @@ fn quickstart_example_completes_with_an_answer() {
 fn uninterrupted_fifty_step_run_completes() {
     let p = fifty_step_project();
     let v = p.run(&["start", "task.md", "--json"]).expect_code(0).json();
-    assert_eq!((v["status"].as_str(), v["steps"].as_u64()), (Some("completed"), Some(51)));
+    assert_eq!(
+        (v["status"].as_str(), v["steps"].as_u64()),
+        (Some("completed"), Some(51))
+    );
     assert_eq!(v["answer"], "all 50 steps done");
     let show = p.show(v["run_id"].as_str().unwrap());
     // system + task, then per step an assistant message and a tool result, then the answer.
@@ -75,7 +88,10 @@ fn uninterrupted_fifty_step_run_completes() {
 #[test]
 fn kill_dash_nine_at_a_random_step_then_resume_matches_an_uninterrupted_run() {
     let reference = fifty_step_project();
-    let v = reference.run(&["start", "task.md", "--json"]).expect_code(0).json();
+    let v = reference
+        .run(&["start", "task.md", "--json"])
+        .expect_code(0)
+        .json();
     let want = transcript(&reference.show(v["run_id"].as_str().unwrap()));
 
     for seed in [7u64, 1234, 99_991] {
@@ -84,22 +100,37 @@ fn kill_dash_nine_at_a_random_step_then_resume_matches_an_uninterrupted_run() {
         let p = fifty_step_project();
         p.write("kill_at", &format!("call_{kill_turn}_0"));
         let killed = p.run(&["start", "task.md", "--json"]);
-        assert_eq!(killed.code, -1, "agentrun should have died by SIGKILL (seed {seed})\n{killed}");
+        assert_eq!(
+            killed.code, -1,
+            "agentrun should have died by SIGKILL (seed {seed})\n{killed}"
+        );
         let id = p.only_run();
         let before = p.show(&id);
         assert_eq!(before["status"], "running", "seed {seed}");
-        assert_eq!(before["steps"].as_u64(), Some(kill_turn), "seed {seed}: committed steps");
+        assert_eq!(
+            before["steps"].as_u64(),
+            Some(kill_turn),
+            "seed {seed}: committed steps"
+        );
 
         let resumed = p.run(&["resume", &id, "--json"]).expect_code(0).json();
         assert_eq!(resumed["status"], "completed", "seed {seed}");
         assert_eq!(resumed["steps"], 51, "seed {seed}");
-        assert_eq!(transcript(&p.show(&id)), want, "seed {seed}: transcript differs");
+        assert_eq!(
+            transcript(&p.show(&id)),
+            want,
+            "seed {seed}: transcript differs"
+        );
         // Every call ran; only the killed one ran twice (it is idempotent).
         let log = std::fs::read_to_string(p.path().join("calls.log")).unwrap();
         let calls: Vec<&str> = log.lines().collect();
         assert_eq!(calls.len(), 51, "seed {seed}");
         let killed_id = format!("call_{kill_turn}_0");
-        assert_eq!(calls.iter().filter(|c| **c == killed_id).count(), 2, "seed {seed}");
+        assert_eq!(
+            calls.iter().filter(|c| **c == killed_id).count(),
+            2,
+            "seed {seed}"
+        );
     }
 }
 
@@ -123,25 +154,50 @@ fn step_budget_stops_with_exit_4_and_reports_progress() {
     let v = run.expect_code(4).json();
     assert_eq!(v["status"], "budget_exhausted");
     assert_eq!(v["steps"], 3);
-    assert_eq!(v["answer"], "working on 2", "the last assistant text is reported");
+    assert_eq!(
+        v["answer"], "working on 2",
+        "the last assistant text is reported"
+    );
     let show = p.show(v["run_id"].as_str().unwrap());
     assert_eq!(show["status"], "budget_exhausted");
     assert_eq!(show["error"], "step budget spent: 3 of 3 steps used");
     // The guard is not a tool failure: the calls made are all ok, none retried.
-    assert!(show["tool_calls"].as_array().unwrap().iter().all(|c| c["status"] == "ok" && c["attempts"] == 1));
+    assert!(
+        show["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["status"] == "ok" && c["attempts"] == 1)
+    );
 }
 
 #[test]
 fn resume_with_a_higher_budget_continues_to_completion() {
     let p = looping_project(5, json!({"input": 5, "output": 1}));
     p.task("max_steps = 2", "Loop.");
-    let id = p.run(&["start", "task.md", "--json"]).expect_code(4).json()["run_id"].as_str().unwrap().to_string();
-    let v = p.run(&["resume", &id, "--max-steps", "4", "--json"]).expect_code(4).json();
+    let id = p.run(&["start", "task.md", "--json"]).expect_code(4).json()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = p
+        .run(&["resume", &id, "--max-steps", "4", "--json"])
+        .expect_code(4)
+        .json();
     assert_eq!(v["steps"], 4);
-    let v = p.run(&["resume", &id, "--max-steps", "10", "--json"]).expect_code(0).json();
-    assert_eq!((v["status"].as_str(), v["steps"].as_u64()), (Some("completed"), Some(6)));
+    let v = p
+        .run(&["resume", &id, "--max-steps", "10", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(
+        (v["status"].as_str(), v["steps"].as_u64()),
+        (Some("completed"), Some(6))
+    );
     let log = std::fs::read_to_string(p.path().join("calls.log")).unwrap();
-    assert_eq!(log.lines().count(), 5, "no call repeated across the budget stops");
+    assert_eq!(
+        log.lines().count(),
+        5,
+        "no call repeated across the budget stops"
+    );
 }
 
 #[test]
@@ -150,7 +206,10 @@ fn token_budget_stops_before_the_next_step() {
     p.task("max_tokens = 120", "Loop.");
     let v = p.run(&["start", "task.md", "--json"]).expect_code(4).json();
     // 50 tokens a step: after 3 steps 150 >= 120, so the 4th never starts.
-    assert_eq!((v["steps"].as_u64(), v["tokens"].clone()), (Some(3), json!({"input": 120, "output": 30})));
+    assert_eq!(
+        (v["steps"].as_u64(), v["tokens"].clone()),
+        (Some(3), json!({"input": 120, "output": 30}))
+    );
 }
 
 #[test]
@@ -181,8 +240,18 @@ fn two_concurrent_resumes_only_one_proceeds() {
     p.run(&["start", "task.md"]);
     let id = p.only_run();
     p.write("hold", "");
-    let a = p.command(&["resume", &id, "--json"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let b = p.command(&["resume", &id, "--json"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let a = p
+        .command(&["resume", &id, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let b = p
+        .command(&["resume", &id, "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     // The loser exits on its own while the winner is blocked in the tool.
     let (first, second) = wait_first(a, b);
     let lost = String::from_utf8_lossy(&first.stderr).to_string();
@@ -190,7 +259,12 @@ fn two_concurrent_resumes_only_one_proceeds() {
     assert!(lost.contains(&format!("run {id} is held by pid")), "{lost}");
     std::fs::remove_file(p.path().join("hold")).unwrap();
     let won = second.wait_with_output().unwrap();
-    assert_eq!(won.status.code(), Some(0), "{}", String::from_utf8_lossy(&won.stderr));
+    assert_eq!(
+        won.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&won.stderr)
+    );
 }
 
 /// Waits for whichever child exits first; returns its output and the other child.
@@ -226,8 +300,12 @@ fn resume_accepts_a_unique_prefix_and_rejects_unknown_ids() {
     p.task("max_steps = 1", "Loop.");
     p.run(&["start", "task.md"]).expect_code(4);
     let id = p.only_run();
-    p.run(&["resume", &id[..6], "--max-steps", "5"]).expect_code(0);
+    p.run(&["resume", &id[..6], "--max-steps", "5"])
+        .expect_code(0);
     let r = p.run(&["resume", "zzzz"]);
     r.expect_code(2);
-    assert_eq!(r.stderr.trim(), "agentrun: no run `zzzz` in this database (see `agentrun runs list`)");
+    assert_eq!(
+        r.stderr.trim(),
+        "agentrun: no run `zzzz` in this database (see `agentrun runs list`)"
+    );
 }

@@ -40,7 +40,11 @@ impl Exit {
                 return Exit::BadInput;
             }
             if let Some(e) = cause.downcast_ref::<StoreError>() {
-                return if e.is_bad_input() { Exit::BadInput } else { Exit::Failed };
+                return if e.is_bad_input() {
+                    Exit::BadInput
+                } else {
+                    Exit::Failed
+                };
             }
         }
         Exit::Failed

@@ -74,7 +74,9 @@ pub fn run_detail_json(
     events: &[StoredEvent],
 ) -> Value {
     let mut v = run_summary_json(r);
-    let obj = v.as_object_mut().expect("run_summary_json builds an object");
+    let obj = v
+        .as_object_mut()
+        .expect("run_summary_json builds an object");
     obj.insert("task_path".into(), json!(r.task_path));
     obj.insert("answer".into(), json!(r.answer));
     obj.insert("error".into(), json!(r.error));

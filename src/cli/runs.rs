@@ -44,7 +44,10 @@ fn list(cli: &Cli, store: &Store, status: Option<&str>) -> anyhow::Result<Exit> 
         .map(|s| {
             RunStatus::parse(s).ok_or_else(|| {
                 let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-                BadInput(format!("--status: unknown status `{s}` (one of: {})", all.join(", ")))
+                BadInput(format!(
+                    "--status: unknown status `{s}` (one of: {})",
+                    all.join(", ")
+                ))
             })
         })
         .transpose()?;
@@ -54,7 +57,10 @@ fn list(cli: &Cli, store: &Store, status: Option<&str>) -> anyhow::Result<Exit> 
         return Ok(Exit::Completed);
     }
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    println!("{:<12}  {:<17}  {:>5}  {:>9}  {:>4}  TASK", "ID", "STATUS", "STEPS", "TOKENS", "AGE");
+    println!(
+        "{:<12}  {:<17}  {:>5}  {:>9}  {:>4}  TASK",
+        "ID", "STATUS", "STEPS", "TOKENS", "AGE"
+    );
     for r in &runs {
         let first_line = r.task.lines().next().unwrap_or("");
         println!(
@@ -86,12 +92,19 @@ fn show(cli: &Cli, store: &Store, prefix: &str) -> anyhow::Result<Exit> {
         "steps      {} of {}   tokens {} in + {} out of {}",
         row.steps, row.max_steps, row.input_tokens, row.output_tokens, row.max_tokens
     );
-    println!("created    {}   updated {}", rfc3339(row.created_at), rfc3339(row.updated_at));
+    println!(
+        "created    {}   updated {}",
+        rfc3339(row.created_at),
+        rfc3339(row.updated_at)
+    );
     if let Some(e) = &row.error {
         println!("reason     {e}");
     }
     let mut step = u32::MAX;
-    for m in messages.iter().filter(|m| m.message.role != crate::model::Role::System || m.step > 0) {
+    for m in messages
+        .iter()
+        .filter(|m| m.message.role != crate::model::Role::System || m.step > 0)
+    {
         if m.step != step {
             step = m.step;
             println!();
@@ -111,16 +124,31 @@ fn describe_part(role: &str, part: &Part) -> String {
     match part {
         Part::Text { text } => format!("{role:>9}: {}", indent(text)),
         Part::ToolCall { id, name, args } => format!("{role:>9}: call {name}({args})  [{id}]"),
-        Part::ToolResult { call_id, content, is_error } => {
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => {
             let tag = if *is_error { "error" } else { "result" };
-            format!("{role:>9}: {tag} [{call_id}] {}", truncate(&content.to_string(), 300))
+            format!(
+                "{role:>9}: {tag} [{call_id}] {}",
+                truncate(&content.to_string(), 300)
+            )
         }
     }
 }
 
 pub fn describe_event(e: &TraceEvent) -> String {
     match e {
-        TraceEvent::ToolAttempt { tool, attempt, elapsed_ms, error, class, message, .. } => match error {
+        TraceEvent::ToolAttempt {
+            tool,
+            attempt,
+            elapsed_ms,
+            error,
+            class,
+            message,
+            ..
+        } => match error {
             Some(kind) => format!(
                 "{tool} attempt {attempt}: {kind} ({}) after {elapsed_ms} ms: {}",
                 class.as_deref().unwrap_or("?"),
@@ -128,13 +156,24 @@ pub fn describe_event(e: &TraceEvent) -> String {
             ),
             None => format!("{tool} attempt {attempt}: ok in {elapsed_ms} ms"),
         },
-        TraceEvent::Backoff { tool, attempt, delay_ms, retry_after, .. } => format!(
+        TraceEvent::Backoff {
+            tool,
+            attempt,
+            delay_ms,
+            retry_after,
+            ..
+        } => format!(
             "{tool}: waiting {delay_ms} ms before attempt {}{}",
             attempt + 1,
             if *retry_after { " (Retry-After)" } else { "" }
         ),
         TraceEvent::Fallback { from, to, .. } => format!("fallback: {from} -> {to}"),
-        TraceEvent::ModelRetry { model, attempt, error, delay_ms } => {
+        TraceEvent::ModelRetry {
+            model,
+            attempt,
+            error,
+            delay_ms,
+        } => {
             format!("model {model} attempt {attempt} failed ({error}); retrying in {delay_ms} ms")
         }
         TraceEvent::ModelFallback { from, to, error } => {

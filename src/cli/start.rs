@@ -77,7 +77,10 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
     let store = Arc::new(open_store(&cli.db_path(), true)?);
     let snapshot = serde_json::to_string(&prepared.resolved.snapshot)?;
     let messages = [
-        Message::text(Role::System, prepared.resolved.snapshot.prompts.system.trim()),
+        Message::text(
+            Role::System,
+            prepared.resolved.snapshot.prompts.system.trim(),
+        ),
         Message::text(Role::User, &prepared.task.prompt),
     ];
     let state = serde_json::to_string(&LoopState::default())?;
@@ -93,7 +96,10 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         state: &state,
     })?;
     let progress = progress_for(cli);
-    progress.say(format!("agentrun: run {id} started ({})", args.task.display()));
+    progress.say(format!(
+        "agentrun: run {id} started ({})",
+        args.task.display()
+    ));
     let runner = Runner {
         store: store.clone(),
         lease,
@@ -125,7 +131,10 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     }
     store.set_status(&lease, RunStatus::Running, None)?;
     let progress = progress_for(cli);
-    progress.say(format!("agentrun: resuming run {id} after step {}", row.steps));
+    progress.say(format!(
+        "agentrun: resuming run {id} after step {}",
+        row.steps
+    ));
     let runner = Runner {
         store: store.clone(),
         lease,
@@ -167,7 +176,11 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
     let outcome = match result {
         Some(r) => r?,
         None => {
-            store.set_status(&lease, RunStatus::Interrupted, Some("interrupted by a signal"))?;
+            store.set_status(
+                &lease,
+                RunStatus::Interrupted,
+                Some("interrupted by a signal"),
+            )?;
             let mut o = stored_outcome(store, &lease.run)?;
             o.status = RunStatus::Interrupted;
             runner.progress.say(format!(
@@ -235,7 +248,11 @@ fn report(cli: &Cli, o: &RunOutcome) -> anyhow::Result<Exit> {
     if cli.json {
         output::print_json(&output::outcome_json(o))?;
     } else {
-        if let Some(answer) = o.answer.as_deref().filter(|_| o.status == RunStatus::Completed) {
+        if let Some(answer) = o
+            .answer
+            .as_deref()
+            .filter(|_| o.status == RunStatus::Completed)
+        {
             println!("{answer}");
         }
         if !cli.quiet {

@@ -43,7 +43,12 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             for e in &errs.0 {
                 eprintln!("{e}");
             }
-            Err(BadInput(format!("{}: {} problem(s) found", tools.display(), errs.0.len())).into())
+            Err(BadInput(format!(
+                "{}: {} problem(s) found",
+                tools.display(),
+                errs.0.len()
+            ))
+            .into())
         }
     }
 }

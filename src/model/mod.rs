@@ -27,7 +27,9 @@ pub enum ModelSpec {
 impl ModelSpec {
     pub fn parse(spec: &str) -> Result<ModelSpec, String> {
         let (scheme, rest) = spec.split_once(':').ok_or_else(|| {
-            format!("model `{spec}` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH")
+            format!(
+                "model `{spec}` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH"
+            )
         })?;
         if rest.trim().is_empty() {
             return Err(format!("model `{spec}` names no model after `{scheme}:`"));

@@ -35,7 +35,10 @@ pub enum Gate {
 pub enum Execution {
     Done(CallOutcome),
     /// The gate paused before `tool` ran with `args`.
-    Paused { tool: String, args: Value },
+    Paused {
+        tool: String,
+        args: Value,
+    },
 }
 
 /// Runs a tool call with validation, retries and fallbacks. STUB: no fallbacks yet.

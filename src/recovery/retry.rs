@@ -6,6 +6,10 @@ use crate::tools::{CallContext, attempt};
 use serde_json::Value;
 
 /// Returns the final attempt's result and the number of attempts made.
-pub async fn call_with_retry(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> (AttemptResult, u32) {
+pub async fn call_with_retry(
+    def: &ToolDef,
+    args: &Value,
+    ctx: &CallContext<'_>,
+) -> (AttemptResult, u32) {
     (attempt(def, args, ctx).await, 1)
 }

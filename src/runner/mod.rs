@@ -16,7 +16,9 @@ use crate::config::{OnUnknown, ToolDef};
 use crate::fault;
 use crate::model::{self, Message, ModelRequest, Part, Role, StopReason, ToolCall, ToolSpec};
 use crate::recovery::{self, Execution, Gate};
-use crate::store::{CallRecord, CallStatus, JournalEntry, Lease, RunId, RunStatus, StepCommit, Store, StoreError};
+use crate::store::{
+    CallRecord, CallStatus, JournalEntry, Lease, RunId, RunStatus, StepCommit, Store, StoreError,
+};
 use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
 use crate::trace::{EventBuffer, TraceEvent};
@@ -68,7 +70,8 @@ impl Runner {
         loop {
             if let Some(stop) = check_budget(&lp.state, self.max_steps, self.max_tokens) {
                 let reason = stop.message();
-                self.store.set_status(&self.lease, RunStatus::BudgetExhausted, Some(&reason))?;
+                self.store
+                    .set_status(&self.lease, RunStatus::BudgetExhausted, Some(&reason))?;
                 self.progress.say(format!("agentrun: stopped: {reason}"));
                 return Ok(self.outcome(&lp, RunStatus::BudgetExhausted, Some(reason)));
             }
@@ -80,10 +83,11 @@ impl Runner {
 
     fn load(&self) -> Result<Loop, StoreError> {
         let (_, state_json) = self.store.checkpoint(self.run_id())?;
-        let state: LoopState = serde_json::from_str(&state_json).map_err(|e| StoreError::Corrupt {
-            run: self.run_id().to_string(),
-            message: format!("loop state: {e}"),
-        })?;
+        let state: LoopState =
+            serde_json::from_str(&state_json).map_err(|e| StoreError::Corrupt {
+                run: self.run_id().to_string(),
+                message: format!("loop state: {e}"),
+            })?;
         let messages = self
             .store
             .messages(self.run_id())?
@@ -101,7 +105,8 @@ impl Runner {
             Some(r) => r,
             None => match self.ask_model(lp, &events).await {
                 Ok(r) => {
-                    self.store.record_model_turn(&self.lease, step, &r, &events.take())?;
+                    self.store
+                        .record_model_turn(&self.lease, step, &r, &events.take())?;
                     fault::point("after_model_stored");
                     r
                 }
@@ -115,12 +120,24 @@ impl Runner {
         let assistant = response.message.clone();
         let calls = assistant.tool_calls();
         if response.stop == StopReason::MaxTokens {
-            return self.finish_truncated(lp, next, assistant, &events).map(Some);
+            return self
+                .finish_truncated(lp, next, assistant, &events)
+                .map(Some);
         }
         if calls.is_empty() {
             let answer = assistant.joined_text();
-            self.progress.say(format!("agentrun: step {step}: final answer"));
-            self.commit(lp, next, vec![assistant], RunStatus::Completed, Some(&answer), None, None, &events)?;
+            self.progress
+                .say(format!("agentrun: step {step}: final answer"));
+            self.commit(
+                lp,
+                next,
+                vec![assistant],
+                RunStatus::Completed,
+                Some(&answer),
+                None,
+                None,
+                &events,
+            )?;
             return Ok(Some(self.outcome(lp, RunStatus::Completed, None)));
         }
         let journal: HashMap<String, JournalEntry> = self
@@ -133,18 +150,34 @@ impl Runner {
         let mut new_messages = vec![assistant];
         let mut last_fresh = None;
         for (i, call) in calls.iter().enumerate() {
-            let (record, fresh) = self.run_call(step, call, journal.get(&call.id), &events).await?;
+            let (record, fresh) = self
+                .run_call(step, call, journal.get(&call.id), &events)
+                .await?;
             self.progress.say(describe_call(step, call, &record));
-            new_messages.push(Message::tool_result(&call.id, record.result.clone(), record.is_error));
+            new_messages.push(Message::tool_result(
+                &call.id,
+                record.result.clone(),
+                record.is_error,
+            ));
             let is_last = i + 1 == calls.len();
             if fresh && !is_last {
-                self.store.record_outcome(&self.lease, step, &record, &events.take())?;
+                self.store
+                    .record_outcome(&self.lease, step, &record, &events.take())?;
                 fault::point("after_tool_outcome");
             } else if fresh {
                 last_fresh = Some(record);
             }
         }
-        self.commit(lp, next, new_messages, RunStatus::Running, None, None, last_fresh.as_ref(), &events)?;
+        self.commit(
+            lp,
+            next,
+            new_messages,
+            RunStatus::Running,
+            None,
+            None,
+            last_fresh.as_ref(),
+            &events,
+        )?;
         Ok(None)
     }
 
@@ -155,7 +188,10 @@ impl Runner {
     ) -> Result<model::ModelResponse, model::ModelError> {
         let system = format!(
             "{}\n\n{}",
-            lp.messages.first().map(Message::joined_text).unwrap_or_default(),
+            lp.messages
+                .first()
+                .map(Message::joined_text)
+                .unwrap_or_default(),
             budget_note(&lp.state, self.max_steps, self.max_tokens)
         );
         let tools = self.offered_tools(&lp.state);
@@ -169,7 +205,11 @@ impl Runner {
             "agentrun: step {}/{}: asking {}",
             lp.state.steps + 1,
             self.max_steps,
-            self.resolved.models.first().map(|m| m.name()).unwrap_or_default()
+            self.resolved
+                .models
+                .first()
+                .map(|m| m.name())
+                .unwrap_or_default()
         ));
         model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events).await
     }
@@ -247,7 +287,8 @@ impl Runner {
             Execution::Done(o) => o,
             Execution::Paused { tool, .. } => {
                 // Approvals arrive with the human queue; until then a pause is a denial.
-                let err = ToolError::new(ErrorKind::ApprovalDenied, format!("{tool} needs approval"));
+                let err =
+                    ToolError::new(ErrorKind::ApprovalDenied, format!("{tool} needs approval"));
                 let content = err.to_model_json(0, self.resolved.snapshot.prompts.hint(err.kind));
                 recovery::CallOutcome {
                     content,
@@ -261,7 +302,11 @@ impl Runner {
         Ok((
             CallRecord {
                 call_id: call.id.clone(),
-                status: if outcome.is_error { CallStatus::Error } else { CallStatus::Ok },
+                status: if outcome.is_error {
+                    CallStatus::Error
+                } else {
+                    CallStatus::Ok
+                },
                 attempts: outcome.attempts,
                 result: outcome.content,
                 is_error: outcome.is_error,
@@ -337,8 +382,10 @@ impl Runner {
         events: &EventBuffer,
     ) -> Result<RunOutcome, StoreError> {
         let reason = format!("model call for step {step} failed: {e}");
-        self.store.record_events(&self.lease, lp.state.steps, &events.take())?;
-        self.store.set_status(&self.lease, RunStatus::Failed, Some(&reason))?;
+        self.store
+            .record_events(&self.lease, lp.state.steps, &events.take())?;
+        self.store
+            .set_status(&self.lease, RunStatus::Failed, Some(&reason))?;
         self.progress.say(format!("agentrun: {reason}"));
         Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
     }
@@ -366,7 +413,16 @@ impl Runner {
                 .collect(),
         };
         let note = Message::text(Role::System, format!("[agentrun] {reason}."));
-        self.commit(lp, next, vec![text_only, note], RunStatus::Failed, None, Some(&reason), None, events)?;
+        self.commit(
+            lp,
+            next,
+            vec![text_only, note],
+            RunStatus::Failed,
+            None,
+            Some(&reason),
+            None,
+            events,
+        )?;
         self.progress.say(format!("agentrun: {reason}"));
         Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
     }
@@ -396,14 +452,25 @@ fn describe_call(step: u32, call: &ToolCall, r: &CallRecord) -> String {
         1 => "1 attempt".to_string(),
         n => format!("{n} attempts"),
     };
-    let via = r.via.as_deref().map(|v| format!(" via {v}")).unwrap_or_default();
+    let via = r
+        .via
+        .as_deref()
+        .map(|v| format!(" via {v}"))
+        .unwrap_or_default();
     let what = if r.is_error {
-        let kind = r.result.get("error").and_then(Value::as_str).unwrap_or("error");
+        let kind = r
+            .result
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("error");
         format!("error {kind}")
     } else {
         "ok".to_string()
     };
-    format!("agentrun: step {step}: {} {what}{via} ({attempts})", call.name)
+    format!(
+        "agentrun: step {step}: {} {what}{via} ({attempts})",
+        call.name
+    )
 }
 
 trait EmitNote {

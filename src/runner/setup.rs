@@ -153,7 +153,9 @@ fn build_provider(spec: &str, scripts: &BTreeMap<String, String>) -> Result<Prov
     let parsed = ModelSpec::parse(spec).map_err(SetupError::Usage)?;
     let usage = |e: crate::model::ModelError| SetupError::Usage(format!("model `{spec}`: {e}"));
     Ok(match parsed {
-        ModelSpec::OpenAi(m) => Provider::OpenAi(OpenAi::from_env(&m, MODEL_TIMEOUT).map_err(usage)?),
+        ModelSpec::OpenAi(m) => {
+            Provider::OpenAi(OpenAi::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
+        }
         ModelSpec::Anthropic(m) => {
             Provider::Anthropic(Anthropic::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
         }
@@ -199,7 +201,11 @@ fn read_scripts(models: &[String], task: &Path) -> Result<BTreeMap<String, Strin
             continue;
         };
         let beside = task.parent().unwrap_or(Path::new("")).join(&path);
-        let chosen = if beside.is_file() { beside } else { path.clone() };
+        let chosen = if beside.is_file() {
+            beside
+        } else {
+            path.clone()
+        };
         let text = std::fs::read_to_string(&chosen).map_err(|e| SetupError::Input {
             path: chosen.display().to_string(),
             message: format!("cannot read script for model `{spec}`: {e}"),

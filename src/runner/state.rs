@@ -95,11 +95,20 @@ mod tests {
         };
         assert_eq!(check_budget(&s, 3, 100), None);
         s.steps = 3;
-        assert_eq!(check_budget(&s, 3, 100), Some(BudgetStop::Steps { used: 3, max: 3 }));
+        assert_eq!(
+            check_budget(&s, 3, 100),
+            Some(BudgetStop::Steps { used: 3, max: 3 })
+        );
         s.steps = 1;
         s.input_tokens = 90;
         s.output_tokens = 10;
-        assert_eq!(check_budget(&s, 3, 100), Some(BudgetStop::Tokens { used: 100, max: 100 }));
+        assert_eq!(
+            check_budget(&s, 3, 100),
+            Some(BudgetStop::Tokens {
+                used: 100,
+                max: 100
+            })
+        );
     }
 
     #[test]

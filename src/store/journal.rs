@@ -39,9 +39,14 @@ impl CallStatus {
     }
 
     fn parse(s: &str) -> Option<CallStatus> {
-        [CallStatus::Ok, CallStatus::Error, CallStatus::Pending, CallStatus::Unknown]
-            .into_iter()
-            .find(|c| c.as_str() == s)
+        [
+            CallStatus::Ok,
+            CallStatus::Error,
+            CallStatus::Pending,
+            CallStatus::Unknown,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
     }
 }
 
@@ -247,12 +252,18 @@ impl Store {
             "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
         )?;
         let rows = stmt.query_map([&run.0], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, u32>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
         })?;
         let mut out = Vec::new();
         for row in rows {
             let (seq, step, role, content) = row?;
-            let role: Role = serde_json::from_value(Value::String(role)).map_err(|e| corrupt(run, e))?;
+            let role: Role =
+                serde_json::from_value(Value::String(role)).map_err(|e| corrupt(run, e))?;
             let content = serde_json::from_str(&content).map_err(|e| corrupt(run, e))?;
             out.push(StoredMessage {
                 seq,
@@ -272,14 +283,32 @@ impl Store {
         )?;
         let rows = stmt.query_map([&run.0], |r| {
             Ok((
-                (r.get::<_, u32>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?),
-                (r.get::<_, String>(4)?, r.get::<_, String>(5)?, r.get::<_, bool>(6)?, r.get::<_, u32>(7)?),
-                (r.get::<_, Option<String>>(8)?, r.get::<_, bool>(9)?, r.get::<_, Option<String>>(10)?),
+                (
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ),
+                (
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, bool>(6)?,
+                    r.get::<_, u32>(7)?,
+                ),
+                (
+                    r.get::<_, Option<String>>(8)?,
+                    r.get::<_, bool>(9)?,
+                    r.get::<_, Option<String>>(10)?,
+                ),
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let ((step, idx, call_id, tool), (args, status, started, attempts), (result, is_error, via)) = row?;
+            let (
+                (step, idx, call_id, tool),
+                (args, status, started, attempts),
+                (result, is_error, via),
+            ) = row?;
             out.push(JournalEntry {
                 step,
                 idx,
@@ -306,7 +335,11 @@ impl Store {
         let mut stmt =
             conn.prepare_cached("SELECT step, at, data FROM events WHERE run_id = ?1 ORDER BY id")?;
         let rows = stmt.query_map([&run.0], |r| {
-            Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
         })?;
         let mut out = Vec::new();
         for row in rows {
@@ -330,7 +363,13 @@ pub(super) fn insert_messages(
     )?;
     for (i, m) in messages.iter().enumerate() {
         let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
-        stmt.execute(params![run.0, first_seq + i as i64, step, m.role.as_str(), content])?;
+        stmt.execute(params![
+            run.0,
+            first_seq + i as i64,
+            step,
+            m.role.as_str(),
+            content
+        ])?;
     }
     Ok(())
 }
@@ -353,7 +392,12 @@ fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> 
     Ok(())
 }
 
-fn insert_events(tx: &Transaction<'_>, run: &RunId, step: u32, events: &[TraceEvent]) -> Result<()> {
+fn insert_events(
+    tx: &Transaction<'_>,
+    run: &RunId,
+    step: u32,
+    events: &[TraceEvent],
+) -> Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO events (run_id, step, kind, data, at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;

@@ -45,8 +45,14 @@ pub enum StoreError {
     Open { path: PathBuf, message: String },
     #[error("database {path} is not an agentrun database ({message}); it was left untouched")]
     NotADatabase { path: PathBuf, message: String },
-    #[error("database {path} was written by a newer agentrun (schema {found}, this build knows {known})")]
-    TooNew { path: PathBuf, found: i64, known: i64 },
+    #[error(
+        "database {path} was written by a newer agentrun (schema {found}, this build knows {known})"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     #[error("no run `{0}` in this database (see `agentrun runs list`)")]
     RunNotFound(String),
     #[error("run id prefix `{prefix}` is ambiguous: it matches {matches}")]
@@ -123,11 +129,14 @@ impl Store {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(classify)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(classify)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(classify)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(classify)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(classify)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(classify)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(classify)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(classify)?;
         drop(conn);
         migrations::migrate(self, version)
     }

@@ -187,12 +187,7 @@ impl Store {
     }
 
     /// Sets a run's status outside a step commit (interrupted, failed, escalated).
-    pub fn set_status(
-        &self,
-        lease: &Lease,
-        status: RunStatus,
-        error: Option<&str>,
-    ) -> Result<()> {
+    pub fn set_status(&self, lease: &Lease, status: RunStatus, error: Option<&str>) -> Result<()> {
         self.write(|tx| {
             check_lease(tx, lease)?;
             tx.execute(

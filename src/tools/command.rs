@@ -8,7 +8,12 @@ use serde_json::Value;
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
-pub async fn run(spec: &CommandSpec, _def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> AttemptResult {
+pub async fn run(
+    spec: &CommandSpec,
+    _def: &ToolDef,
+    args: &Value,
+    ctx: &CallContext<'_>,
+) -> AttemptResult {
     let mut cmd = tokio::process::Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .current_dir(&spec.cwd)
@@ -31,6 +36,9 @@ pub async fn run(spec: &CommandSpec, _def: &ToolDef, args: &Value, ctx: &CallCon
     if out.status.success() {
         Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
     } else {
-        Err(ToolError::new(ErrorKind::ToolBug, format!("exit {:?}", out.status.code())))
+        Err(ToolError::new(
+            ErrorKind::ToolBug,
+            format!("exit {:?}", out.status.code()),
+        ))
     }
 }

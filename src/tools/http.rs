@@ -5,6 +5,14 @@ use super::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::config::types::{HttpSpec, ToolDef};
 use serde_json::Value;
 
-pub async fn run(_spec: &HttpSpec, _def: &ToolDef, _args: &Value, _ctx: &CallContext<'_>) -> AttemptResult {
-    Err(ToolError::new(ErrorKind::ToolBug, "http tools not implemented yet"))
+pub async fn run(
+    _spec: &HttpSpec,
+    _def: &ToolDef,
+    _args: &Value,
+    _ctx: &CallContext<'_>,
+) -> AttemptResult {
+    Err(ToolError::new(
+        ErrorKind::ToolBug,
+        "http tools not implemented yet",
+    ))
 }

@@ -42,7 +42,11 @@ impl Run {
 
 impl std::fmt::Display for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -93,7 +97,10 @@ impl Project {
 
     /// The scripted model's turns, as JSON.
     pub fn model_script(&self, turns: Value) -> PathBuf {
-        self.write("script.json", &serde_json::json!({ "turns": turns }).to_string())
+        self.write(
+            "script.json",
+            &serde_json::json!({ "turns": turns }).to_string(),
+        )
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
@@ -120,7 +127,9 @@ impl Project {
 
     /// `runs show --json` of a run.
     pub fn show(&self, run_id: &str) -> Value {
-        self.run(&["runs", "show", run_id, "--json"]).expect_code(0).json()
+        self.run(&["runs", "show", run_id, "--json"])
+            .expect_code(0)
+            .json()
     }
 
     /// The id of the only run in the database.
