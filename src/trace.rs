@@ -71,13 +71,25 @@ pub trait EventSink: Send + Sync {
     fn emit(&self, event: TraceEvent);
 }
 
-/// Collects events in memory until the runner persists them.
+/// Something that wants to see events as they happen (live progress).
+pub type Observer = std::sync::Arc<dyn Fn(&TraceEvent) + Send + Sync>;
+
+/// Collects events in memory until the runner persists them, showing each to an
+/// optional observer as it arrives.
 #[derive(Default)]
 pub struct EventBuffer {
     events: Mutex<Vec<TraceEvent>>,
+    observer: Option<Observer>,
 }
 
 impl EventBuffer {
+    pub fn observed(observer: Observer) -> EventBuffer {
+        EventBuffer {
+            events: Mutex::default(),
+            observer: Some(observer),
+        }
+    }
+
     pub fn take(&self) -> Vec<TraceEvent> {
         std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -85,6 +97,9 @@ impl EventBuffer {
 
 impl EventSink for EventBuffer {
     fn emit(&self, event: TraceEvent) {
+        if let Some(observe) = &self.observer {
+            observe(&event);
+        }
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -3,6 +3,8 @@
 
 mod output;
 mod runs;
+
+pub use runs::describe_event;
 mod start;
 mod tools;
 

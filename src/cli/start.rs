@@ -3,7 +3,7 @@
 use super::{BadInput, Cli, Exit, open_store, output};
 use crate::clock::SystemClock;
 use crate::model::{Message, Role};
-use crate::runner::progress::Progress;
+use crate::runner::progress::{Mode, Progress};
 use crate::runner::setup::{self, Snapshot, StartOptions};
 use crate::runner::state::LoopState;
 use crate::runner::{RunOutcome, Runner};
@@ -147,12 +147,12 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     drive(cli, &store, runner)
 }
 
-fn progress_for(cli: &Cli) -> Progress {
-    if cli.quiet || cli.json {
-        Progress::Quiet
+fn progress_for(cli: &Cli) -> Arc<Progress> {
+    Arc::new(Progress::new(if cli.quiet || cli.json {
+        Mode::Quiet
     } else {
-        Progress::Lines
-    }
+        Mode::Lines
+    }))
 }
 
 /// Runs the loop until it stops or a signal arrives; then releases the run.

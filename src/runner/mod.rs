@@ -50,7 +50,7 @@ pub struct Runner {
     pub max_steps: u32,
     pub max_tokens: u64,
     pub clock: Arc<dyn Clock>,
-    pub progress: Progress,
+    pub progress: Arc<Progress>,
 }
 
 /// What the loop knows between steps.
@@ -100,7 +100,8 @@ impl Runner {
     /// One model step and its tool calls. `Some` when the run stops.
     async fn step(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, StoreError> {
         let step = lp.state.steps + 1;
-        let events = EventBuffer::default();
+        let progress = self.progress.clone();
+        let events = EventBuffer::observed(Arc::new(move |e| progress.event(e)));
         let response = match self.store.model_turn(self.run_id(), step)? {
             Some(r) => r,
             None => match self.ask_model(lp, &events).await {
