@@ -62,7 +62,9 @@ pub async fn run(
         let wait = async {
             let status = child.wait().await;
             // Leftover background processes of the tool would hold the output pipes
-            // open and outlive the attempt; the attempt is over, so they go too.
+            // open and outlive the attempt; the attempt is over, so they go too. While
+            // any member lives the kernel keeps the group id from being reused, so this
+            // cannot hit a stranger's group.
             group.kill();
             status
         };
