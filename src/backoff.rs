@@ -58,14 +58,34 @@ mod tests {
     #[test]
     fn doubles_from_the_base_and_stops_at_the_cap() {
         let c = FakeClock::new(0);
-        let ms = |r| delay(Duration::from_millis(500), Duration::from_secs(3), r, None, &c).as_millis();
-        assert_eq!([ms(0), ms(1), ms(2), ms(3), ms(30)], [500, 1000, 2000, 3000, 3000]);
+        let ms = |r| {
+            delay(
+                Duration::from_millis(500),
+                Duration::from_secs(3),
+                r,
+                None,
+                &c,
+            )
+            .as_millis()
+        };
+        assert_eq!(
+            [ms(0), ms(1), ms(2), ms(3), ms(30)],
+            [500, 1000, 2000, 3000, 3000]
+        );
     }
 
     #[test]
     fn the_servers_delay_wins_but_is_capped() {
         let c = FakeClock::new(0);
-        let d = |s| delay(Duration::from_millis(500), Duration::from_secs(30), 0, Some(s), &c);
+        let d = |s| {
+            delay(
+                Duration::from_millis(500),
+                Duration::from_secs(30),
+                0,
+                Some(s),
+                &c,
+            )
+        };
         assert_eq!(d(Duration::from_secs(2)), Duration::from_secs(2));
         assert_eq!(d(Duration::from_secs(3600)), Duration::from_secs(30));
     }
@@ -74,8 +94,14 @@ mod tests {
     fn parses_retry_after_in_both_forms() {
         let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
         assert_eq!(parse_retry_after("2", now), Some(Duration::from_secs(2)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:05 GMT", now), Some(Duration::from_secs(5)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:05 GMT", now),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-1", now), None);
     }
@@ -85,6 +111,9 @@ mod tests {
         let mut h = reqwest::header::HeaderMap::new();
         h.insert("retry-after", "7".parse().unwrap());
         h.insert("retry-after-ms", "250".parse().unwrap());
-        assert_eq!(retry_after(&h, SystemTime::now()), Some(Duration::from_millis(250)));
+        assert_eq!(
+            retry_after(&h, SystemTime::now()),
+            Some(Duration::from_millis(250))
+        );
     }
 }

@@ -121,6 +121,9 @@ mod tests {
     #[test]
     fn a_hints_file_with_an_unknown_kind_is_refused() {
         let err = parse_hints("[hints]\nbogus = \"x\"\n", "h.toml").unwrap_err();
-        assert_eq!(err.to_string(), "h.toml: unknown error kind `bogus` in [hints]");
+        assert_eq!(
+            err.to_string(),
+            "h.toml: unknown error kind `bogus` in [hints]"
+        );
     }
 }

@@ -155,14 +155,30 @@ mod tests {
     #[test]
     fn rejects_defects_with_the_file_name() {
         let cases = [
-            ("+++\nmax_steps = 3\nDo it", "t.md: front matter opened with `+++` is never closed"),
-            ("+++\nmax_steps = 0\n+++\nx", "t.md: front matter: `max_steps` must be positive, got 0"),
-            ("+++\nmodel = \"gpt-4o\"\n+++\nx", "t.md: front matter: model `gpt-4o` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH"),
-            ("+++\n+++\n  \n", "t.md: the task has no text after the front matter"),
+            (
+                "+++\nmax_steps = 3\nDo it",
+                "t.md: front matter opened with `+++` is never closed",
+            ),
+            (
+                "+++\nmax_steps = 0\n+++\nx",
+                "t.md: front matter: `max_steps` must be positive, got 0",
+            ),
+            (
+                "+++\nmodel = \"gpt-4o\"\n+++\nx",
+                "t.md: front matter: model `gpt-4o` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH",
+            ),
+            (
+                "+++\n+++\n  \n",
+                "t.md: the task has no text after the front matter",
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(parse_str(input).unwrap_err(), want, "input {input:?}");
         }
-        assert!(parse_str("+++\nbogus = 1\n+++\nx").unwrap_err().starts_with("t.md: front matter: unknown field `bogus`"));
+        assert!(
+            parse_str("+++\nbogus = 1\n+++\nx")
+                .unwrap_err()
+                .starts_with("t.md: front matter: unknown field `bogus`")
+        );
     }
 }

@@ -1,1 +1,118 @@
-//! stub
+//! The command line: argument definitions (their doc comments are the `--help` text),
+//! dispatch, and the one place that maps outcomes and errors to exit codes.
+
+mod output;
+mod runs;
+mod start;
+mod tools;
+
+use crate::runner::setup::SetupError;
+use crate::store::{RunStatus, Store, StoreError};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+/// Exit codes (DESIGN §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Completed = 0,
+    Failed = 1,
+    BadInput = 2,
+    NeedsHuman = 3,
+    Guard = 4,
+    Interrupted = 130,
+}
+
+impl Exit {
+    pub fn for_status(status: RunStatus) -> Exit {
+        match status {
+            RunStatus::Completed => Exit::Completed,
+            RunStatus::Failed | RunStatus::Running => Exit::Failed,
+            RunStatus::AwaitingApproval | RunStatus::Escalated => Exit::NeedsHuman,
+            RunStatus::BudgetExhausted => Exit::Guard,
+            RunStatus::Interrupted => Exit::Interrupted,
+        }
+    }
+
+    /// Bad input (exit 2) when the error is about what the user gave us; else 1.
+    pub fn for_error(err: &anyhow::Error) -> Exit {
+        for cause in err.chain() {
+            if cause.is::<SetupError>() || cause.is::<BadInput>() {
+                return Exit::BadInput;
+            }
+            if let Some(e) = cause.downcast_ref::<StoreError>() {
+                return if e.is_bad_input() {
+                    Exit::BadInput
+                } else {
+                    Exit::Failed
+                };
+            }
+        }
+        Exit::Failed
+    }
+}
+
+/// A usage problem found by a command (not by clap).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(pub String);
+
+/// agentrun runs an LLM tool-use loop until the task is done — and keeps going when
+/// tools time out, APIs rate-limit or the process is killed.
+///
+/// Every step is committed to SQLite, so `agentrun resume RUN_ID` continues a stopped
+/// run from the next step. What code cannot fix goes to a human queue.
+///
+/// Quick start:
+///   agentrun start examples/quickstart/task.md
+///   agentrun runs list
+///   agentrun runs show RUN_ID
+#[derive(Debug, Parser)]
+#[command(name = "agentrun", version, max_term_width = 100)]
+pub struct Cli {
+    /// SQLite database holding all runs [default: .agentrun/agentrun.db]
+    #[arg(long, global = true, env = "AGENTRUN_DB", value_name = "PATH")]
+    pub db: Option<PathBuf>,
+    /// Print exactly one JSON object (or array) on stdout when the command ends.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No progress lines on stderr.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Start(start::StartArgs),
+    Resume(start::ResumeArgs),
+    /// List and inspect runs.
+    #[command(subcommand)]
+    Runs(runs::RunsCmd),
+    /// Check tool definitions.
+    #[command(subcommand)]
+    Tools(tools::ToolsCmd),
+}
+
+pub const DEFAULT_DB: &str = ".agentrun/agentrun.db";
+
+impl Cli {
+    fn db_path(&self) -> PathBuf {
+        self.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
+    }
+}
+
+/// Opens the store; `create` only for commands that start runs.
+fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
+    Ok(Store::open(path, create)?)
+}
+
+/// Runs the parsed command and returns the exit code.
+pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+    match &cli.command {
+        Command::Start(args) => start::start(&cli, args),
+        Command::Resume(args) => start::resume(&cli, args),
+        Command::Runs(cmd) => runs::run(&cli, cmd),
+        Command::Tools(cmd) => tools::run(&cli, cmd),
+    }
+}

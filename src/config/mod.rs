@@ -1,7 +1,18 @@
-//! tools.toml: parsing the raw file and resolving it into a validated [`ToolsConfig`].
-//! STUB: to be implemented (raw structs with deny_unknown_fields, defaults, validation).
+//! tools.toml (DESIGN §3): parsing the raw file and resolving it into a validated
+//! [`ToolsConfig`].
+//!
+//! Two stages (STYLE habit 6): [`raw`] reads the file as written, with spans, into
+//! structs of `Option`s that deny unknown keys; [`resolve`] applies defaults and runs
+//! the checks in [`validate`]. Neither stops at the first problem: every problem is a
+//! one-line [`ConfigError`] naming the file, the tool and the key.
 
+mod raw;
+mod resolve;
 pub mod types;
+pub mod validate;
+
+#[cfg(test)]
+mod tests;
 
 pub use types::*;
 
@@ -56,8 +67,95 @@ pub fn load(path: &Path) -> Result<(ToolsConfig, String), ConfigErrors> {
 
 /// Validates tools.toml text. `origin` names the file in errors, and its directory is
 /// where relative command paths and the child's working directory resolve.
-pub fn parse(_text: &str, _origin: &Path) -> Result<ToolsConfig, ConfigErrors> {
-    Ok(ToolsConfig::default())
+pub fn parse(text: &str, origin: &Path) -> Result<ToolsConfig, ConfigErrors> {
+    let mut sink = Sink::new(origin);
+    let doc = match toml::de::DeTable::parse(text) {
+        Ok(doc) => doc.into_inner(),
+        Err(e) => {
+            let at = e.span().map_or(String::new(), |s| {
+                format!(" at {}", raw::location(text, s.start))
+            });
+            sink.top(format!("syntax error{at}: {}", raw::one_line(e.message())));
+            return sink.finish(ToolsConfig::default());
+        }
+    };
+    let file = raw::read_file(doc, text, &mut sink);
+    let config = resolve::resolve(file, origin, &mut sink);
+    sink.finish(config)
+}
+
+/// All problems, one per line, then a count: what `tools check` prints.
+pub fn render_errors(errs: &ConfigErrors) -> String {
+    let n = errs.0.len();
+    let noun = if n == 1 { "problem" } else { "problems" };
+    format!("{errs}\n{n} {noun} found\n")
+}
+
+/// Collects problems as they are found, so validation never stops at the first.
+pub(crate) struct Sink {
+    file: PathBuf,
+    errors: Vec<ConfigError>,
+}
+
+impl Sink {
+    fn new(file: &Path) -> Self {
+        Sink {
+            file: file.to_path_buf(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// A problem outside any tool.
+    fn top(&mut self, message: String) {
+        self.push(None, message);
+    }
+
+    /// A problem in a tool (or in the tool's name).
+    fn tool(&mut self, tool: &str, message: String) {
+        self.push(Some(tool), message);
+    }
+
+    /// A problem in a section or tool as a whole.
+    fn at(&mut self, place: raw::Where<'_>, message: String) {
+        match place {
+            raw::Where::Section(s) => self.top(format!("{s}: {message}")),
+            raw::Where::Tool(t) => self.tool(t, message),
+        }
+    }
+
+    /// A problem with one key: `defaults.timeout: ...` or, in a tool, `timeout: ...`.
+    fn key(&mut self, place: raw::Where<'_>, key: &str, message: String) {
+        match place {
+            raw::Where::Section(s) => self.top(format!("{s}.{key}: {message}")),
+            raw::Where::Tool(t) => self.tool(t, format!("{key}: {message}")),
+        }
+    }
+
+    fn push(&mut self, tool: Option<&str>, message: String) {
+        // Quoted TOML keys may hold line breaks; escape them so each error stays one line.
+        let tool = tool.map(|t| {
+            if t.contains(char::is_control) {
+                t.escape_debug().to_string()
+            } else {
+                t.to_string()
+            }
+        });
+        let message = message.replace(['\n', '\r'], " ");
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            tool,
+            message,
+        });
+    }
+
+    /// File-level problems first, then each tool's together, each in the order found.
+    fn finish<T>(mut self, value: T) -> Result<T, ConfigErrors> {
+        if self.errors.is_empty() {
+            return Ok(value);
+        }
+        self.errors.sort_by(|a, b| a.tool.cmp(&b.tool));
+        Err(ConfigErrors(self.errors))
+    }
 }
 
 /// Parses durations such as `"500ms"`, `"8s"`, `"2m"`.

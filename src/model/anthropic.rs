@@ -1,18 +1,69 @@
-//! Anthropic Messages API.
-//! STUB: to be implemented.
+//! Anthropic Messages API (`POST {base}/v1/messages`). Non-streaming.
+//!
+//! The neutral transcript differs from Anthropic's in two ways this module bridges:
+//! tool results are `tool_result` blocks inside a *user* message (so consecutive tool
+//! messages become one user message), and there is no system role inside `messages`.
 
-use super::{ModelError, ModelRequest, ModelResponse};
+use super::wire::{self, ApiKey, Http};
+use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use std::time::Duration;
+
+const PROVIDER: &str = "anthropic";
+const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+const API_VERSION: &str = "2023-06-01";
+
+/// Everything needed to talk to the Messages API.
+#[derive(Debug, Clone)]
+pub struct AnthropicConfig {
+    pub model: String,
+    /// Without `/v1`, as the Anthropic SDKs take it: `https://api.anthropic.com`.
+    pub base_url: String,
+    pub api_key: ApiKey,
+    /// Per request (one attempt), connection to last byte.
+    pub timeout: Duration,
+}
 
 pub struct Anthropic {
     model: String,
+    url: Url,
+    http: Http,
+}
+
+impl std::fmt::Debug for Anthropic {
+    // By hand: the client's default headers hold the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anthropic")
+            .field("model", &self.model)
+            .field("url", &self.url.as_str())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Anthropic {
-    /// Reads `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` from the environment.
-    pub fn from_env(model: &str, _timeout: Duration) -> Result<Anthropic, ModelError> {
+    /// Reads `ANTHROPIC_API_KEY` (required) and `ANTHROPIC_BASE_URL` (default
+    /// `https://api.anthropic.com`) from the environment.
+    pub fn from_env(model: &str, timeout: Duration) -> Result<Anthropic, ModelError> {
+        Anthropic::new(config_from(model, timeout, |var| std::env::var(var).ok())?)
+    }
+
+    pub fn new(config: AnthropicConfig) -> Result<Anthropic, ModelError> {
+        let url = wire::endpoint(&config.base_url, "v1/messages", "ANTHROPIC_BASE_URL")?;
+        let mut headers = HeaderMap::new();
+        let (name, value) = wire::secret_header(
+            "x-api-key",
+            config.api_key.expose().to_string(),
+            "ANTHROPIC_API_KEY",
+        )?;
+        headers.insert(name, value);
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
         Ok(Anthropic {
-            model: model.to_string(),
+            model: config.model,
+            url,
+            http: Http::new(PROVIDER, config.timeout, headers, Some(config.api_key))?,
         })
     }
 
@@ -20,7 +71,371 @@ impl Anthropic {
         format!("anthropic:{}", self.model)
     }
 
-    pub async fn complete(&self, _req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        Err(ModelError::Config("anthropic provider not implemented yet".into()))
+    /// One attempt.
+    pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let body = request_body(&self.model, req);
+        let resp: MessagesResponse = self.http.post(&self.url, &body).await?;
+        Ok(ModelResponse {
+            stop: stop_reason(resp.stop_reason.as_deref()),
+            usage: resp.usage.map(WireUsage::neutral).unwrap_or_default(),
+            message: neutral(resp.content),
+            model: self.name(),
+        })
+    }
+}
+
+/// `from_env` minus the environment, so tests need not mutate process state.
+fn config_from(
+    model: &str,
+    timeout: Duration,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<AnthropicConfig, ModelError> {
+    let api_key = var("ANTHROPIC_API_KEY").and_then(ApiKey::new).ok_or_else(|| {
+        ModelError::Config(format!(
+            "ANTHROPIC_API_KEY is not set: model `anthropic:{model}` needs an Anthropic API key \
+             in the environment"
+        ))
+    })?;
+    Ok(AnthropicConfig {
+        model: model.to_string(),
+        base_url: var("ANTHROPIC_BASE_URL")
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_string()),
+        api_key,
+        timeout,
+    })
+}
+
+// ---- request ---------------------------------------------------------------------
+
+fn request_body(model: &str, req: &ModelRequest<'_>) -> Value {
+    let (system, messages) = translate(req);
+    let mut body = json!({
+        "model": model,
+        "max_tokens": req.max_output_tokens,
+        "messages": messages,
+    });
+    if !system.is_empty() {
+        body["system"] = Value::String(system);
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+    }
+    body
+}
+
+/// The system text and the `messages` array.
+///
+/// System messages in the transcript: those *before* the conversation starts belong to
+/// the instructions and are appended to the top-level `system` field. Later ones (a
+/// nudge the runner adds mid-run) become user text at their place, because their
+/// timing is their meaning and `system` has no position.
+fn translate(req: &ModelRequest<'_>) -> (String, Vec<Value>) {
+    let mut system: Vec<&str> = Vec::new();
+    if !req.system.is_empty() {
+        system.push(req.system);
+    }
+    let leading = req
+        .messages
+        .iter()
+        .position(|m| m.role != Role::System)
+        .unwrap_or(req.messages.len());
+    let joined: Vec<String> = req.messages[..leading]
+        .iter()
+        .map(Message::joined_text)
+        .collect();
+    system.extend(joined.iter().map(String::as_str).filter(|s| !s.is_empty()));
+    let mut out = Turns::default();
+    for m in &req.messages[leading..] {
+        out.push(m);
+    }
+    (system.join("\n\n"), out.0)
+}
+
+/// Messages being built, merging consecutive user-side content (tool results, user
+/// text) into one user message: Anthropic wants every result of one assistant turn in
+/// the single user message that follows it, and roles to alternate.
+#[derive(Default)]
+struct Turns(Vec<Value>);
+
+impl Turns {
+    fn push(&mut self, m: &Message) {
+        let role = match m.role {
+            Role::Assistant => "assistant",
+            Role::User | Role::Tool | Role::System => "user",
+        };
+        let blocks: Vec<Value> = m.content.iter().filter_map(block).collect();
+        if blocks.is_empty() {
+            // Anthropic rejects empty content; an empty message says nothing anyway.
+            return;
+        }
+        match self.0.last_mut() {
+            Some(last) if last["role"] == role => {
+                if let Some(content) = last["content"].as_array_mut() {
+                    content.extend(blocks);
+                }
+            }
+            _ => self.0.push(json!({"role": role, "content": blocks})),
+        }
+    }
+}
+
+fn block(part: &Part) -> Option<Value> {
+    match part {
+        // Empty text blocks are rejected by the API.
+        Part::Text { text } if text.is_empty() => None,
+        Part::Text { text } => Some(json!({"type": "text", "text": text})),
+        Part::ToolCall { id, name, args } => {
+            Some(json!({"type": "tool_use", "id": id, "name": name, "input": args}))
+        }
+        Part::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } => Some(json!({"type": "tool_result", "tool_use_id": call_id,
+                         "content": wire::result_text(content), "is_error": is_error})),
+    }
+}
+
+// ---- response --------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct MessagesResponse {
+    /// Required: a 2xx without it is not a message (BadResponse).
+    content: Vec<Block>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    /// Thinking, server tools, citations blocks and whatever comes next: not ours.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Anthropic's `input_tokens` leaves out tokens written to or read from the cache;
+    /// OpenAI's `prompt_tokens` includes them. Neutral `input` means the whole prompt (as
+    /// OpenAI does), so token budgets mean the same on both; `cached` is the part read
+    /// from the cache.
+    fn neutral(self) -> Usage {
+        let cached = self.cache_read_input_tokens.unwrap_or(0);
+        Usage {
+            input: self.input_tokens.unwrap_or(0)
+                + self.cache_creation_input_tokens.unwrap_or(0)
+                + cached,
+            output: self.output_tokens.unwrap_or(0),
+            cached,
+        }
+    }
+}
+
+fn neutral(blocks: Vec<Block>) -> Message {
+    let content = blocks
+        .into_iter()
+        .filter_map(|b| match b {
+            Block::Text { text } if text.is_empty() => None,
+            Block::Text { text } => Some(Part::Text { text }),
+            Block::ToolUse { id, name, input } => Some(Part::ToolCall {
+                id,
+                name,
+                // A tool without parameters may come back with no input at all.
+                args: if input.is_null() { json!({}) } else { input },
+            }),
+            Block::Other => None,
+        })
+        .collect();
+    Message {
+        role: Role::Assistant,
+        content,
+    }
+}
+
+fn stop_reason(reason: Option<&str>) -> StopReason {
+    match reason {
+        Some("end_turn") => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some("stop_sequence") => StopReason::StopSequence,
+        Some(other) => StopReason::Other(other.to_string()),
+        None => StopReason::Other("none".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolSpec;
+
+    fn req<'a>(
+        system: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            system,
+            messages,
+            tools,
+            max_output_tokens: 512,
+        }
+    }
+
+    fn call(id: &str) -> Part {
+        Part::ToolCall {
+            id: id.into(),
+            name: "search_kb".into(),
+            args: json!({"q": id}),
+        }
+    }
+
+    #[test]
+    fn consecutive_tool_results_share_one_user_message() {
+        let msgs = vec![
+            Message::text(Role::User, "go"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Part::Text {
+                        text: "two calls".into(),
+                    },
+                    call("a"),
+                    call("b"),
+                ],
+            },
+            Message::tool_result("a", json!({"ok": 1}), false),
+            Message::tool_result("b", json!("boom"), true),
+        ];
+        let tools = [ToolSpec {
+            name: "search_kb".into(),
+            description: "Search".into(),
+            input_schema: json!({"type": "object"}),
+        }];
+        let body = request_body("claude", &req("sys", &msgs, &tools));
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude",
+                "max_tokens": 512,
+                "system": "sys",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "two calls"},
+                        {"type": "tool_use", "id": "a", "name": "search_kb", "input": {"q": "a"}},
+                        {"type": "tool_use", "id": "b", "name": "search_kb", "input": {"q": "b"}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "a", "content": "{\"ok\":1}", "is_error": false},
+                        {"type": "tool_result", "tool_use_id": "b", "content": "boom", "is_error": true}]},
+                ],
+                "tools": [{"name": "search_kb", "description": "Search", "input_schema": {"type": "object"}}],
+            })
+        );
+    }
+
+    #[test]
+    fn leading_system_messages_join_the_system_field_later_ones_stay_in_place() {
+        let msgs = vec![
+            Message::text(Role::System, "stored prompt"),
+            Message::text(Role::User, "go"),
+            Message {
+                role: Role::Assistant,
+                content: vec![call("a")],
+            },
+            Message::tool_result("a", json!(1), false),
+            Message::text(Role::System, "you are repeating yourself"),
+        ];
+        let body = request_body("m", &req("base", &msgs, &[]));
+        assert_eq!(body["system"], "base\n\nstored prompt");
+        assert_eq!(body["messages"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "a", "content": "1", "is_error": false},
+                {"type": "text", "text": "you are repeating yourself"}])
+        );
+        assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn no_system_field_when_there_is_none() {
+        let msgs = [Message::text(Role::User, "hi")];
+        assert!(
+            request_body("m", &req("", &msgs, &[]))
+                .get("system")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn reads_blocks_ignoring_unknown_ones_and_fields() {
+        let resp: MessagesResponse = serde_json::from_value(json!({
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "x"},
+                {"type": "text", "text": "ok", "citations": null},
+                {"type": "tool_use", "id": "t", "name": "n", "input": {"a": 1}, "caller": {"type": "direct"}}],
+            "stop_reason": "pause_turn", "stop_details": null,
+            "usage": {"input_tokens": 10, "output_tokens": 3, "cache_creation_input_tokens": 5,
+                      "cache_read_input_tokens": 100, "inference_geo": "x"},
+        }))
+        .unwrap();
+        assert_eq!(
+            stop_reason(resp.stop_reason.as_deref()),
+            StopReason::Other("pause_turn".into())
+        );
+        assert_eq!(
+            resp.usage.unwrap().neutral(),
+            Usage {
+                input: 115,
+                output: 3,
+                cached: 100
+            }
+        );
+        let msg = neutral(resp.content);
+        assert_eq!(msg.joined_text(), "ok");
+        assert_eq!(msg.tool_calls()[0].args, json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_missing_key_names_the_variable() {
+        let err = config_from("claude", Duration::from_secs(1), |_| None).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Config(m) if m.contains("ANTHROPIC_API_KEY")),
+            "{err}"
+        );
+        let ok = config_from("claude", Duration::from_secs(1), |v| {
+            (v == "ANTHROPIC_API_KEY").then(|| "sk-ant-secret".to_string())
+        })
+        .unwrap();
+        assert_eq!(ok.base_url, DEFAULT_BASE_URL);
+        assert!(!format!("{ok:?}").contains("sk-ant-secret"));
     }
 }

@@ -7,9 +7,11 @@ pub mod openai;
 pub mod retry;
 pub mod script;
 pub mod types;
+mod wire;
 
 pub use error::ModelError;
 pub use types::*;
+pub use wire::ApiKey;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -25,7 +27,9 @@ pub enum ModelSpec {
 impl ModelSpec {
     pub fn parse(spec: &str) -> Result<ModelSpec, String> {
         let (scheme, rest) = spec.split_once(':').ok_or_else(|| {
-            format!("model `{spec}` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH")
+            format!(
+                "model `{spec}` has no provider: write openai:MODEL, anthropic:MODEL or script:PATH"
+            )
         })?;
         if rest.trim().is_empty() {
             return Err(format!("model `{spec}` names no model after `{scheme}:`"));

@@ -1,18 +1,102 @@
-//! OpenAI Chat Completions (and compatible servers: vLLM, Ollama, llama.cpp, LiteLLM).
-//! STUB: to be implemented.
+//! OpenAI Chat Completions (and compatible servers: vLLM, Ollama, llama.cpp, LiteLLM,
+//! OpenRouter, the Hugging Face router). Non-streaming: one POST, one JSON answer.
+//!
+//! The wire format is built with `json!` and read with lenient serde structs: compatible
+//! servers add, drop and null fields freely (the HF router sends `tool_calls: []`,
+//! OpenRouter adds `metadata`), so only what agentrun needs is required.
 
-use super::{ModelError, ModelRequest, ModelResponse};
+use super::wire::{self, ApiKey, Http};
+use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
+use reqwest::Url;
+use reqwest::header::HeaderMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
 use std::time::Duration;
+
+const PROVIDER: &str = "openai";
+const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Everything needed to talk to one OpenAI-compatible endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    pub model: String,
+    /// e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`; a trailing slash
+    /// is fine.
+    pub base_url: String,
+    /// `None` for local servers that need none: then no `Authorization` header is sent.
+    pub api_key: Option<ApiKey>,
+    /// Per request (one attempt), connection to last byte.
+    pub timeout: Duration,
+}
+
+/// Which field carries the output-token cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenField {
+    /// api.openai.com: `max_tokens` is deprecated there and rejected outright by the
+    /// o-series and newer models ("Use 'max_completion_tokens' instead").
+    MaxCompletionTokens,
+    /// Everything else. Ollama, LM Studio and older llama.cpp servers *silently ignore*
+    /// `max_completion_tokens`, which would make the cap unlimited; every compatible
+    /// server (vLLM, Ollama, llama.cpp, LiteLLM, OpenRouter, HF router) reads `max_tokens`.
+    MaxTokens,
+}
+
+impl TokenField {
+    fn for_url(url: &Url) -> TokenField {
+        match url.host_str() {
+            Some("api.openai.com") => TokenField::MaxCompletionTokens,
+            _ => TokenField::MaxTokens,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            TokenField::MaxCompletionTokens => "max_completion_tokens",
+            TokenField::MaxTokens => "max_tokens",
+        }
+    }
+}
 
 pub struct OpenAi {
     model: String,
+    url: Url,
+    token_field: TokenField,
+    http: Http,
+}
+
+impl std::fmt::Debug for OpenAi {
+    // By hand: the client's default headers hold the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAi")
+            .field("model", &self.model)
+            .field("url", &self.url.as_str())
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenAi {
-    /// Reads `OPENAI_API_KEY` and `OPENAI_BASE_URL` from the environment.
-    pub fn from_env(model: &str, _timeout: Duration) -> Result<OpenAi, ModelError> {
+    /// Reads `OPENAI_API_KEY` (optional) and `OPENAI_BASE_URL` (default
+    /// `https://api.openai.com/v1`) from the environment.
+    pub fn from_env(model: &str, timeout: Duration) -> Result<OpenAi, ModelError> {
+        OpenAi::new(config_from(model, timeout, |var| std::env::var(var).ok()))
+    }
+
+    pub fn new(config: OpenAiConfig) -> Result<OpenAi, ModelError> {
+        let url = wire::endpoint(&config.base_url, "chat/completions", "OPENAI_BASE_URL")?;
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &config.api_key {
+            let (name, value) = wire::secret_header(
+                "authorization",
+                format!("Bearer {}", key.expose()),
+                "OPENAI_API_KEY",
+            )?;
+            headers.insert(name, value);
+        }
         Ok(OpenAi {
-            model: model.to_string(),
+            model: config.model,
+            token_field: TokenField::for_url(&url),
+            url,
+            http: Http::new(PROVIDER, config.timeout, headers, config.api_key)?,
         })
     }
 
@@ -20,7 +104,430 @@ impl OpenAi {
         format!("openai:{}", self.model)
     }
 
-    pub async fn complete(&self, _req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        Err(ModelError::Config("openai provider not implemented yet".into()))
+    /// One attempt.
+    pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let body = request_body(&self.model, self.token_field, req);
+        let resp: ChatResponse = self.http.post(&self.url, &body).await?;
+        let (message, stop, usage) = resp.into_parts().map_err(|m| self.http.bad_response(m))?;
+        Ok(ModelResponse {
+            message,
+            usage,
+            stop,
+            model: self.name(),
+        })
+    }
+}
+
+/// `from_env` minus the environment, so tests need not mutate process state.
+fn config_from(
+    model: &str,
+    timeout: Duration,
+    var: impl Fn(&str) -> Option<String>,
+) -> OpenAiConfig {
+    OpenAiConfig {
+        model: model.to_string(),
+        base_url: var("OPENAI_BASE_URL")
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_string()),
+        api_key: var("OPENAI_API_KEY").and_then(ApiKey::new),
+        timeout,
+    }
+}
+
+// ---- request ---------------------------------------------------------------------
+
+fn request_body(model: &str, token_field: TokenField, req: &ModelRequest<'_>) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": messages(req),
+        token_field.name(): req.max_output_tokens,
+    });
+    // An empty `tools` list is rejected by some servers ("[] is too short"): omit it.
+    if !req.tools.is_empty() {
+        body["tools"] = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.input_schema,
+                }})
+            })
+            .collect();
+    }
+    body
+}
+
+fn messages(req: &ModelRequest<'_>) -> Vec<Value> {
+    let mut out = Vec::new();
+    if !req.system.is_empty() {
+        out.push(json!({"role": "system", "content": req.system}));
+    }
+    for m in req.messages {
+        push_message(&mut out, m);
+    }
+    out
+}
+
+fn push_message(out: &mut Vec<Value>, m: &Message) {
+    match m.role {
+        Role::Assistant => out.push(assistant(m)),
+        // One `tool` message per result, as the API pairs them by `tool_call_id`. Chat
+        // Completions has no error flag: the content is already the error object the
+        // model is meant to read (DESIGN §4).
+        Role::Tool => {
+            for part in &m.content {
+                if let Part::ToolResult {
+                    call_id, content, ..
+                } = part
+                {
+                    out.push(json!({"role": "tool", "tool_call_id": call_id,
+                                    "content": wire::result_text(content)}));
+                }
+            }
+            push_text(out, "user", m);
+        }
+        Role::System => push_text(out, "system", m),
+        Role::User => push_text(out, "user", m),
+    }
+}
+
+/// The message's text parts as one message of `role`, if it has any.
+fn push_text(out: &mut Vec<Value>, role: &str, m: &Message) {
+    if m.content.iter().any(|p| matches!(p, Part::Text { .. })) {
+        out.push(json!({"role": role, "content": m.joined_text()}));
+    }
+}
+
+fn assistant(m: &Message) -> Value {
+    let text = m.joined_text();
+    // `content: null` rather than "" when the turn was only tool calls, as OpenAI itself
+    // returns it; some compatible servers reject an empty string next to tool calls.
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    };
+    let mut msg = json!({"role": "assistant", "content": content});
+    let calls: Vec<Value> = m
+        .tool_calls()
+        .into_iter()
+        .map(|c| {
+            json!({"id": c.id, "type": "function",
+                   "function": {"name": c.name, "arguments": c.args.to_string()}})
+        })
+        .collect();
+    if !calls.is_empty() {
+        msg["tool_calls"] = Value::Array(calls);
+    }
+    msg
+}
+
+// ---- response --------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct ChatResponse {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    /// Some proxies answer 200 with an error object instead of choices.
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: ChoiceMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceMessage {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireCall>>,
+}
+
+#[derive(Deserialize)]
+struct WireCall {
+    #[serde(default)]
+    id: Option<String>,
+    function: WireFunction,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    /// Together (behind the HF router) reports it at the top level.
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+impl ChatResponse {
+    fn into_parts(self) -> Result<(Message, StopReason, Usage), String> {
+        let usage = self.usage.map(WireUsage::neutral).unwrap_or_default();
+        let Some(choice) = self.choices.into_iter().next() else {
+            let why = self.error.map(|e| format!(": {e}")).unwrap_or_default();
+            return Err(format!("no choices in the response{why}"));
+        };
+        let stop = finish_reason(choice.finish_reason.as_deref());
+        Ok((choice.message.neutral(), stop, usage))
+    }
+}
+
+impl ChoiceMessage {
+    fn neutral(self) -> Message {
+        let mut content = Vec::new();
+        let text = text_of(self.content);
+        if !text.is_empty() {
+            content.push(Part::Text { text });
+        }
+        // `tool_calls: null`, absent and `[]` (HF router) all mean "no calls".
+        for (i, call) in self.tool_calls.unwrap_or_default().into_iter().enumerate() {
+            content.push(Part::ToolCall {
+                // A tool result must name its call; a server that omits ids still gets
+                // stable, unique ones.
+                id: call
+                    .id
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| format!("call_{i}")),
+                name: call.function.name,
+                args: arguments(call.function.arguments),
+            });
+        }
+        Message {
+            role: Role::Assistant,
+            content,
+        }
+    }
+}
+
+/// `content` is a string, null, or (some compatible servers) a list of text parts.
+fn text_of(content: Option<Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s,
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// `arguments` is a JSON *string*. When it does not parse (models do emit truncated or
+/// invalid JSON, especially when cut by max_tokens), it is kept as a JSON string value
+/// instead of failing the whole response: the call then fails schema validation as a
+/// `malformed` result the model can see and correct (DESIGN §4), which a provider
+/// error could not give it. An empty string means "no arguments"; a server that sends
+/// an object is taken at its word.
+fn arguments(raw: Value) -> Value {
+    match raw {
+        Value::String(s) if s.trim().is_empty() => json!({}),
+        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+        Value::Null => json!({}),
+        other => other,
+    }
+}
+
+fn finish_reason(reason: Option<&str>) -> StopReason {
+    match reason {
+        Some("stop") => StopReason::EndTurn,
+        Some("tool_calls") => StopReason::ToolUse,
+        Some("length") => StopReason::MaxTokens,
+        Some(other) => StopReason::Other(other.to_string()),
+        None => StopReason::Other("none".to_string()),
+    }
+}
+
+impl WireUsage {
+    fn neutral(self) -> Usage {
+        let cached = self
+            .prompt_tokens_details
+            .and_then(|d| d.cached_tokens)
+            .or(self.cached_tokens);
+        Usage {
+            // `prompt_tokens` already includes the cached ones.
+            input: self.prompt_tokens.unwrap_or(0),
+            output: self.completion_tokens.unwrap_or(0),
+            cached: cached.unwrap_or(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolSpec;
+
+    fn req<'a>(
+        system: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            system,
+            messages,
+            tools,
+            max_output_tokens: 256,
+        }
+    }
+
+    fn transcript() -> Vec<Message> {
+        vec![
+            Message::text(Role::User, "refund window?"),
+            Message {
+                role: Role::Assistant,
+                content: vec![Part::ToolCall {
+                    id: "c1".into(),
+                    name: "search_kb".into(),
+                    args: json!({"q": "refund"}),
+                }],
+            },
+            Message::tool_result("c1", json!({"days": 30}), false),
+            Message::tool_result("c2", json!("plain text"), true),
+        ]
+    }
+
+    #[test]
+    fn builds_the_chat_completions_body() {
+        let tools = [ToolSpec {
+            name: "search_kb".into(),
+            description: "Search".into(),
+            input_schema: json!({"type": "object"}),
+        }];
+        let msgs = transcript();
+        let body = request_body("m", TokenField::MaxTokens, &req("be brief", &msgs, &tools));
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "max_tokens": 256,
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "refund window?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function",
+                         "function": {"name": "search_kb", "arguments": "{\"q\":\"refund\"}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "{\"days\":30}"},
+                    {"role": "tool", "tool_call_id": "c2", "content": "plain text"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "search_kb", "description": "Search", "parameters": {"type": "object"}}}],
+            })
+        );
+    }
+
+    #[test]
+    fn omits_empty_system_and_tools() {
+        let msgs = [Message::text(Role::User, "hi")];
+        let body = request_body("m", TokenField::MaxTokens, &req("", &msgs, &[]));
+        assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
+        assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn openai_itself_gets_max_completion_tokens() {
+        let official = Url::parse("https://api.openai.com/v1/chat/completions").unwrap();
+        let local = Url::parse("http://127.0.0.1:11434/v1/chat/completions").unwrap();
+        assert_eq!(
+            TokenField::for_url(&official),
+            TokenField::MaxCompletionTokens
+        );
+        assert_eq!(TokenField::for_url(&local), TokenField::MaxTokens);
+        let body = request_body("m", TokenField::MaxCompletionTokens, &req("", &[], &[]));
+        assert_eq!(body["max_completion_tokens"], 256);
+        assert!(body.get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn assistant_text_and_calls_travel_together() {
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![
+                Part::Text {
+                    text: "let me look".into(),
+                },
+                Part::ToolCall {
+                    id: "c".into(),
+                    name: "t".into(),
+                    args: json!({}),
+                },
+            ],
+        };
+        let v = assistant(&m);
+        assert_eq!(v["content"], "let me look");
+        assert_eq!(v["tool_calls"][0]["function"]["arguments"], "{}");
+    }
+
+    #[test]
+    fn unparsable_arguments_are_kept_as_a_string() {
+        assert_eq!(arguments(json!("{\"q\": \"x\"}")), json!({"q": "x"}));
+        assert_eq!(arguments(json!("{\"q\": \"x")), json!("{\"q\": \"x"));
+        assert_eq!(arguments(json!("")), json!({}));
+        assert_eq!(arguments(json!({"a": 1})), json!({"a": 1}));
+    }
+
+    #[test]
+    fn reads_a_response_with_empty_tool_calls_and_top_level_cached_tokens() {
+        let resp: ChatResponse = serde_json::from_value(json!({
+            "choices": [{"message": {"content": "hi", "tool_calls": []}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 100, "cached_tokens": 2},
+        }))
+        .unwrap();
+        let (msg, stop, usage) = resp.into_parts().unwrap();
+        assert_eq!(msg, Message::text(Role::Assistant, "hi"));
+        assert_eq!(stop, StopReason::MaxTokens);
+        assert_eq!(
+            usage,
+            Usage {
+                input: 4,
+                output: 100,
+                cached: 2
+            }
+        );
+    }
+
+    #[test]
+    fn no_choices_is_a_bad_response() {
+        let resp: ChatResponse =
+            serde_json::from_value(json!({"error": {"message": "upstream died"}})).unwrap();
+        let err = resp.into_parts().unwrap_err();
+        assert!(err.contains("upstream died"), "{err}");
+    }
+
+    #[test]
+    fn the_environment_is_read_and_the_key_is_optional() {
+        let none = config_from("m", Duration::from_secs(1), |_| None);
+        assert_eq!(none.base_url, DEFAULT_BASE_URL);
+        assert_eq!(none.api_key, None);
+        let set = config_from("m", Duration::from_secs(1), |v| match v {
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:11434/v1/".into()),
+            "OPENAI_API_KEY" => Some("sk-x".into()),
+            _ => None,
+        });
+        assert_eq!(set.base_url, "http://127.0.0.1:11434/v1/");
+        assert_eq!(set.api_key, ApiKey::new("sk-x"));
+        assert!(!format!("{set:?}").contains("sk-x"));
     }
 }

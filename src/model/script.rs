@@ -83,7 +83,9 @@ impl ScriptModel {
         }
         for (i, turn) in file.turns.iter().enumerate() {
             if turn.text.is_none() && turn.tool_calls.is_empty() {
-                return Err(format!("{path}: turn {i} has neither `text` nor `tool_calls`"));
+                return Err(format!(
+                    "{path}: turn {i} has neither `text` nor `tool_calls`"
+                ));
             }
             for call in &turn.tool_calls {
                 if !call.args.is_object() {
@@ -151,7 +153,10 @@ impl ScriptModel {
         }
         for (i, call) in turn.tool_calls.iter().enumerate() {
             content.push(Part::ToolCall {
-                id: call.id.clone().unwrap_or_else(|| format!("call_{index}_{i}")),
+                id: call
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{index}_{i}")),
                 name: call.name.clone(),
                 args: call.args.clone(),
             });
@@ -201,10 +206,22 @@ mod tests {
         let m = ScriptModel::parse("s.json", SCRIPT).unwrap();
         let first = m.complete(&request(&[])).unwrap();
         assert_eq!(
-            first.message.tool_calls().iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+            first
+                .message
+                .tool_calls()
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>(),
             ["call_0_0", "x"]
         );
-        assert_eq!(first.usage, Usage { input: 10, output: 2, cached: 0 });
+        assert_eq!(
+            first.usage,
+            Usage {
+                input: 10,
+                output: 2,
+                cached: 0
+            }
+        );
         assert_eq!(first.stop, StopReason::ToolUse);
     }
 
@@ -233,7 +250,9 @@ mod tests {
 
     #[test]
     fn rejects_a_turn_with_nothing_in_it() {
-        let err = ScriptModel::parse("s.json", r#"{"turns": [{}]}"#).err().unwrap();
+        let err = ScriptModel::parse("s.json", r#"{"turns": [{}]}"#)
+            .err()
+            .unwrap();
         assert_eq!(err, "s.json: turn 0 has neither `text` nor `tool_calls`");
     }
 }

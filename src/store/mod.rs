@@ -1,1 +1,188 @@
-//! stub
+//! The SQLite store: one file per installation holding every run, its transcript, the
+//! tool-call journal, the trace and the human queue.
+//!
+//! [`Store::open`] does everything a connection needs up front (folder, WAL,
+//! `synchronous=FULL`, busy timeout, migrations, 0600 permissions) so no caller can
+//! forget a pragma. Every write goes through `BEGIN IMMEDIATE`, and every write made on
+//! behalf of a running loop carries the run's lease token, so a process that lost its
+//! lease cannot write late (fencing).
+
+mod journal;
+mod migrations;
+mod runs;
+
+pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
+pub use runs::{Lease, NewRun, RunRow, RunStatus};
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A run's id: 12 lowercase hex digits. Commands accept any unique prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(pub String);
+
+impl RunId {
+    pub fn generate() -> RunId {
+        RunId(format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("database {path} is not an agentrun database ({message}); it was left untouched")]
+    NotADatabase { path: PathBuf, message: String },
+    #[error(
+        "database {path} was written by a newer agentrun (schema {found}, this build knows {known})"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("no run `{0}` in this database (see `agentrun runs list`)")]
+    RunNotFound(String),
+    #[error("run id prefix `{prefix}` is ambiguous: it matches {matches}")]
+    AmbiguousRun { prefix: String, matches: String },
+    #[error(
+        "run {run} is held by pid {pid} (lease taken {since}); wait for it to finish, or stop that process first"
+    )]
+    LeaseHeld { run: RunId, pid: i64, since: String },
+    /// Another process took the run over; this process must stop writing.
+    #[error("run {0} was taken over by another process; this process stopped writing to it")]
+    LeaseLost(RunId),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored data for run {run} is damaged: {message}")]
+    Corrupt { run: String, message: String },
+}
+
+impl StoreError {
+    /// Errors caused by what the user pointed us at (exit 2), as opposed to failures.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, StoreError::Sqlite(_) | StoreError::LeaseLost(_))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+pub struct Store {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating when `create` is set) the database at `path` and migrates it.
+    /// A file that is not SQLite is reported and never written to.
+    pub fn open(path: &Path, create: bool) -> Result<Store> {
+        let open_err = |message: String| StoreError::Open {
+            path: path.to_path_buf(),
+            message,
+        };
+        if !create && !path.exists() {
+            return Err(open_err(
+                "no such file; `agentrun start` creates it, or pass --db / AGENTRUN_DB".into(),
+            ));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| open_err(format!("cannot create folder {}: {e}", dir.display())))?;
+        }
+        let existed = path.exists();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(e.to_string()))?;
+        if !existed {
+            restrict_permissions(path);
+        }
+        let store = Store {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        };
+        store.configure()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(&self) -> Result<()> {
+        let conn = self.lock();
+        let classify = |e: rusqlite::Error| self.classify_open_error(e);
+        // The first read of the header is where a non-SQLite file is detected, before
+        // anything (even the WAL switch) writes to it.
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(classify)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(classify)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(classify)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(classify)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(classify)?;
+        drop(conn);
+        migrations::migrate(self, version)
+    }
+
+    fn classify_open_error(&self, e: rusqlite::Error) -> StoreError {
+        let message = e.to_string();
+        let not_db = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt)
+        );
+        if not_db {
+            StoreError::NotADatabase {
+                path: self.path.clone(),
+                message,
+            }
+        } else {
+            StoreError::Open {
+                path: self.path.clone(),
+                message,
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // Poisoning means a panic elsewhere while holding the lock; SQLite rolled back
+        // whatever transaction was open, so the connection itself is still usable.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`.
+    fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+}
+
+fn restrict_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    // Transcripts can hold customer data: owner-only, like an ssh key. Best effort:
+    // a filesystem without Unix permissions is not a reason to refuse to run.
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+}
+
+pub(crate) fn now_ms() -> i64 {
+    crate::clock::Clock::now_ms(&crate::clock::SystemClock)
+}

@@ -2,7 +2,7 @@
 //! the request with one shared client and maps the status to an error kind.
 //!
 //! The model chooses only path and query text: placeholders are refused in the scheme,
-//! host and port ([`check_url_template`], also called by config validation), values are
+//! host and port (`config::validate::check_url_template`, at load and again per call), values are
 //! percent-encoded with everything but RFC 3986 unreserved characters escaped (so a
 //! value can never add a `/`, `?`, `&` or `#`), and a whole path segment of `.` or `..`
 //! is refused because URL parsing would resolve it into a different path.
@@ -16,11 +16,13 @@ use super::CallContext;
 use super::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::backoff;
 use crate::config::types::{HttpSpec, ToolDef};
+use crate::config::validate;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Response, StatusCode, Url};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
@@ -80,101 +82,41 @@ fn client() -> Result<&'static Client, ToolError> {
         })
 }
 
-/// Checks a URL template: http(s), placeholders only in the path and query.
-pub fn check_url_template(url: &str) -> Result<(), String> {
-    let lower = url.to_ascii_lowercase();
-    let rest = lower
-        .strip_prefix("http://")
-        .or_else(|| lower.strip_prefix("https://"))
-        .ok_or("the url must start with http:// or https://")?;
-    let authority = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let origin_len = url.len() - rest.len() + authority;
-    if url[..origin_len].contains(['{', '}']) {
-        return Err(
-            "placeholders are only allowed in the path and query, not in the scheme, host or port"
-                .into(),
-        );
-    }
-    if let Some(hash) = url.find('#')
-        && !placeholders(&url[hash..]).is_empty()
-    {
-        return Err(
-            "placeholders in the #fragment are never sent; put them in the path or query".into(),
-        );
-    }
-    let sample = substitute(url, |_| Some("x".to_string()))?;
-    Url::parse(&sample).map_err(|e| format!("not a valid url: {e}"))?;
-    Ok(())
-}
-
-/// A `{name}` placeholder: byte range in the template and the argument name.
-struct Placeholder<'a> {
-    start: usize,
-    end: usize,
-    name: &'a str,
-}
-
-/// `{name}` with name made of ASCII letters, digits and `_`; other braces are literal.
-fn placeholders(template: &str) -> Vec<Placeholder<'_>> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(open) = template[from..].find('{').map(|i| i + from) {
-        let Some(close) = template[open..].find('}').map(|i| i + open) else {
-            break;
-        };
-        let name = &template[open + 1..close];
-        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            found.push(Placeholder {
-                start: open,
-                end: close + 1,
-                name,
-            });
-            from = close + 1;
-        } else {
-            from = open + 1;
-        }
-    }
-    found
-}
-
-/// Replaces each placeholder with `value(name)`; `None` names a missing argument.
-fn substitute(
-    template: &str,
-    mut value: impl FnMut(&Placeholder) -> Option<String>,
-) -> Result<String, String> {
-    let mut out = String::with_capacity(template.len());
-    let mut last = 0;
-    for p in placeholders(template) {
-        let v = value(&p).ok_or_else(|| format!("missing argument `{}` for the url", p.name))?;
-        out.push_str(&template[last..p.start]);
-        out.push_str(&v);
-        last = p.end;
-    }
-    out.push_str(&template[last..]);
-    Ok(out)
-}
-
-/// Fills the template from `args`, percent-encoded (see the module doc).
+/// Fills the template from `args`, percent-encoded (see the module doc). The template
+/// is checked again here with the config's own rules, so a URL that escaped validation
+/// still cannot let an argument reach the scheme, host or port.
 pub fn fill_url(template: &str, args: &Value) -> Result<Url, ToolError> {
-    check_url_template(template)
+    let holes = validate::check_url_template(template)
+        .and_then(|()| validate::url_placeholders(template))
         .map_err(|e| ToolError::new(ErrorKind::ToolBug, format!("url template: {e}")))?;
-    let query_at = template.find('?').unwrap_or(template.len());
-    let mut bad = None;
-    let filled = substitute(template, |p| {
-        let text = arg_text(args, p.name)
-            .inspect_err(|e| bad = Some(e.clone()))
-            .ok()?;
-        let whole_segment = template[..p.start].ends_with('/')
-            && (p.end == template.len() || template[p.end..].starts_with(['/', '?', '#']));
-        if p.start < query_at && whole_segment && (text == "." || text == "..") {
-            bad = Some(format!("argument `{}` may not be `{text}`", p.name));
-            return None;
-        }
-        Some(utf8_percent_encode(&text, COMPONENT).to_string())
-    });
     let invalid = |m: String| ToolError::new(ErrorKind::InvalidArguments, m);
-    let filled = filled.map_err(|m| invalid(bad.take().unwrap_or(m)))?;
+    let query_at = template.find('?').unwrap_or(template.len());
+    let mut filled = String::with_capacity(template.len());
+    let mut last = 0;
+    for hole in &holes {
+        let text = arg_text(args, &hole.name).map_err(invalid)?;
+        let span = &hole.span;
+        if span.start < query_at
+            && is_whole_segment(template, span)
+            && (text == "." || text == "..")
+        {
+            return Err(invalid(format!(
+                "argument `{}` may not be `{text}`",
+                hole.name
+            )));
+        }
+        filled.push_str(&template[last..span.start]);
+        filled.extend(utf8_percent_encode(&text, COMPONENT));
+        last = span.end;
+    }
+    filled.push_str(&template[last..]);
     Url::parse(&filled).map_err(|e| invalid(format!("the filled url is not valid: {e}")))
+}
+
+/// Whether the placeholder at `span` is a whole path segment (`/{id}/`, `/{id}?`, …).
+fn is_whole_segment(template: &str, span: &Range<usize>) -> bool {
+    template[..span.start].ends_with('/')
+        && (span.end == template.len() || template[span.end..].starts_with(['/', '?', '#']))
 }
 
 /// An argument as URL text: strings as they are, numbers and booleans printed.

@@ -4,8 +4,9 @@
 //! costs microseconds next to a model round trip, and a cache would need a key (the
 //! schema's text) and a lock for no measurable gain. Revisit if profiles disagree.
 //!
-//! The crate is built without its remote/file resolvers, so a schema whose `$ref` points
-//! outside itself does not compile; [`check_schema`] reports that at config time.
+//! Whether a schema is acceptable at all is checked when tools.toml is loaded
+//! (`config::validate::check_input_schema`); the crate is built without its remote and
+//! file resolvers, so a schema whose `$ref` points outside itself is refused there.
 
 use serde_json::Value;
 
@@ -30,24 +31,6 @@ pub fn validate(schema: &Value, args: &Value) -> Vec<String> {
             shorten(format!("at {path}: {e}"))
         })
         .collect()
-}
-
-/// Checks that `schema` is a valid JSON Schema (against its draft's meta-schema) that
-/// compiles.
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    if !schema.is_object() {
-        return Err("input_schema must be a JSON Schema object".into());
-    }
-    let meta = jsonschema::meta::validator_for(schema).map_err(|e| format!("input_schema: {e}"))?;
-    if let Some(e) = meta.iter_errors(schema).next() {
-        let path = e.instance_path().as_str();
-        let path = if path.is_empty() { "/" } else { path };
-        return Err(format!(
-            "input_schema is not a valid JSON Schema: at {path}: {e}"
-        ));
-    }
-    jsonschema::validator_for(schema).map_err(|e| format!("input_schema does not compile: {e}"))?;
-    Ok(())
 }
 
 fn shorten(line: String) -> String {
@@ -89,11 +72,13 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_schema_is_reported() {
-        assert!(check_schema(&q_schema()).is_ok());
-        assert!(check_schema(&json!({"type": "strnig"})).is_err());
-        assert!(check_schema(&json!("object")).is_err());
-        assert!(check_schema(&json!({"$ref": "http://example.com/s.json"})).is_err());
+    fn a_schema_that_does_not_compile_fails_every_call() {
+        let errors = validate(&json!({"type": "strnig"}), &json!({}));
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("the tool's input_schema is not valid: "),
+            "{errors:?}"
+        );
     }
 
     #[test]

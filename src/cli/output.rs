@@ -1,0 +1,121 @@
+//! JSON shapes of DESIGN §1 and the one-line summaries printed to stderr.
+
+use crate::runner::RunOutcome;
+use crate::store::{JournalEntry, RunRow, StoredEvent, StoredMessage};
+use crate::timefmt::rfc3339;
+use serde_json::{Value, json};
+use std::io::Write;
+
+pub fn print_json(v: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, v)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// `{"run_id","status","answer","steps","tokens":{"input","output"},"escalation_id"}`.
+pub fn outcome_json(o: &RunOutcome) -> Value {
+    json!({
+        "run_id": o.run_id.as_str(),
+        "status": o.status.as_str(),
+        "answer": o.answer,
+        "steps": o.steps,
+        "tokens": {"input": o.input_tokens, "output": o.output_tokens},
+        "escalation_id": o.escalation_id.map(|id| id.to_string()),
+        "reason": o.reason,
+    })
+}
+
+pub fn outcome_line(o: &RunOutcome) -> String {
+    let mut line = format!(
+        "agentrun: run {} {} after {} step{} ({} tokens in, {} out)",
+        o.run_id,
+        o.status,
+        o.steps,
+        if o.steps == 1 { "" } else { "s" },
+        o.input_tokens,
+        o.output_tokens
+    );
+    if let Some(reason) = &o.reason {
+        line.push_str(&format!(": {reason}"));
+    }
+    match o.status {
+        crate::store::RunStatus::Completed => {}
+        crate::store::RunStatus::BudgetExhausted => line.push_str(&format!(
+            "\nagentrun: raise the budget with `agentrun resume {} --max-steps N --max-tokens N`",
+            o.run_id
+        )),
+        _ => line.push_str(&format!(
+            "\nagentrun: continue with `agentrun resume {}`",
+            o.run_id
+        )),
+    }
+    line
+}
+
+/// One element of `runs list --json`.
+pub fn run_summary_json(r: &RunRow) -> Value {
+    json!({
+        "id": r.id.as_str(),
+        "status": r.status.as_str(),
+        "steps": r.steps,
+        "tokens": {"input": r.input_tokens, "output": r.output_tokens},
+        "task": r.task,
+        "created_at": rfc3339(r.created_at),
+        "updated_at": rfc3339(r.updated_at),
+    })
+}
+
+/// `runs show --json`: the run's fields plus `messages`, `tool_calls` and `events`.
+pub fn run_detail_json(
+    r: &RunRow,
+    messages: &[StoredMessage],
+    journal: &[JournalEntry],
+    events: &[StoredEvent],
+) -> Value {
+    let mut v = run_summary_json(r);
+    let obj = v
+        .as_object_mut()
+        .expect("run_summary_json builds an object");
+    obj.insert("task_path".into(), json!(r.task_path));
+    obj.insert("answer".into(), json!(r.answer));
+    obj.insert("error".into(), json!(r.error));
+    obj.insert("max_steps".into(), json!(r.max_steps));
+    obj.insert("max_tokens".into(), json!(r.max_tokens));
+    obj.insert(
+        "messages".into(),
+        messages
+            .iter()
+            .map(|m| {
+                json!({"seq": m.seq, "step": m.step, "role": m.message.role.as_str(),
+                       "content": m.message.content})
+            })
+            .collect(),
+    );
+    obj.insert(
+        "tool_calls".into(),
+        journal
+            .iter()
+            .map(|c| {
+                json!({"step": c.step, "call_id": c.call_id, "tool": c.tool, "args": c.args,
+                       "status": c.status.as_str(), "attempts": c.attempts,
+                       "result": c.result, "via": c.via})
+            })
+            .collect(),
+    );
+    obj.insert(
+        "events".into(),
+        events
+            .iter()
+            .map(|e| {
+                let mut ev = serde_json::to_value(&e.event).unwrap_or(Value::Null);
+                if let Some(o) = ev.as_object_mut() {
+                    o.insert("step".into(), json!(e.step));
+                    o.insert("at".into(), json!(rfc3339(e.at)));
+                }
+                ev
+            })
+            .collect(),
+    );
+    v
+}

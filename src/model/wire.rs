@@ -1,0 +1,282 @@
+//! What the two HTTP adapters (OpenAI, Anthropic) share: the API key that never prints,
+//! one JSON POST with a per-request timeout, and the mapping of everything that can go
+//! wrong on the wire onto [`ModelError`], so retry code branches on variants only.
+
+use super::ModelError;
+use crate::backoff;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+/// An API key. Its `Debug` is redacted and it has no `Display`, so deriving `Debug` on
+/// a struct that holds one cannot leak it (DESIGN §5: secrets never reach the store or
+/// the trace, and both are fed from `Display`/`Debug` of errors and configs).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// `None` for an empty or blank value: `OPENAI_API_KEY=` means "no key".
+    pub fn new(key: impl Into<String>) -> Option<ApiKey> {
+        let key = key.into().trim().to_string();
+        (!key.is_empty()).then_some(ApiKey(key))
+    }
+
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+/// A header carrying a secret: marked sensitive so reqwest/hyper never print it.
+pub(crate) fn secret_header(
+    name: &'static str,
+    value: String,
+    var: &str,
+) -> Result<(HeaderName, HeaderValue), ModelError> {
+    let mut value = HeaderValue::from_str(&value).map_err(|_| {
+        ModelError::Config(format!(
+            "{var} contains characters that are not allowed in an HTTP header"
+        ))
+    })?;
+    value.set_sensitive(true);
+    Ok((HeaderName::from_static(name), value))
+}
+
+/// `{base}/{path}`, with or without a trailing slash on the base.
+pub(crate) fn endpoint(base: &str, path: &str, var: &str) -> Result<Url, ModelError> {
+    let joined = format!("{}/{path}", base.trim().trim_end_matches('/'));
+    Url::parse(&joined).map_err(|e| ModelError::Config(format!("{var} `{base}` is not a URL: {e}")))
+}
+
+/// A reqwest client for one provider, with its fixed headers and timeout.
+pub(crate) struct Http {
+    pub provider: &'static str,
+    client: reqwest::Client,
+    timeout: Duration,
+    /// Only to scrub the key out of messages a server might echo it into.
+    key: Option<ApiKey>,
+}
+
+impl Http {
+    pub fn new(
+        provider: &'static str,
+        timeout: Duration,
+        headers: HeaderMap,
+        key: Option<ApiKey>,
+    ) -> Result<Http, ModelError> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .default_headers(headers)
+            .build()
+            .map_err(|e| {
+                ModelError::Config(format!("{provider}: cannot build HTTP client: {e}"))
+            })?;
+        Ok(Http {
+            provider,
+            client,
+            timeout,
+            key,
+        })
+    }
+
+    /// One POST of `body`; a 2xx body is decoded into `T`, anything else is an error.
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        url: &Url,
+        body: &Value,
+    ) -> Result<T, ModelError> {
+        let resp = self
+            .client
+            .post(url.clone())
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        // Read the whole body before judging it: a connection cut mid-body is a
+        // transport error (transient), a complete body that does not parse is not.
+        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        if !status.is_success() {
+            return Err(self.status_error(status, &headers, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| self.bad_response(format!("{e}")))
+    }
+
+    pub fn bad_response(&self, message: String) -> ModelError {
+        ModelError::BadResponse {
+            provider: self.provider,
+            message: self.redact(message),
+        }
+    }
+
+    fn transport(&self, err: reqwest::Error) -> ModelError {
+        if err.is_timeout() {
+            return ModelError::Timeout {
+                provider: self.provider,
+                timeout: self.timeout,
+            };
+        }
+        // Everything else on the way there or back (refused, reset, closed early, DNS,
+        // TLS) means the server never gave a full answer: worth another attempt.
+        ModelError::Connection {
+            provider: self.provider,
+            message: self.redact(error_chain(&err.without_url())),
+        }
+    }
+
+    fn status_error(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> ModelError {
+        ModelError::Status {
+            provider: self.provider,
+            status: status.as_u16(),
+            message: self.redact(error_message(status, body)),
+            retry_after: backoff::retry_after(headers, SystemTime::now()),
+            should_retry: should_retry(headers),
+        }
+    }
+
+    fn redact(&self, message: String) -> String {
+        match &self.key {
+            Some(key) => message.replace(key.expose(), "[redacted]"),
+            None => message,
+        }
+    }
+}
+
+/// An error and its sources, `a: b: c`, since reqwest's own `Display` stops at the top.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
+
+/// `x-should-retry: true|false` (Anthropic, and OpenAI's SDKs honour it too): the server
+/// knows better than the status code whether this particular failure is worth a retry.
+fn should_retry(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// The human message out of an error body. OpenAI and Anthropic put it in
+/// `error.message`; OpenRouter adds the upstream detail in `error.metadata.raw` (and
+/// makes `error.code` an integer, which is why this walks a `Value` rather than a typed
+/// struct); vLLM puts `message` at the top level, FastAPI-style servers use `detail`,
+/// Ollama's native errors are `{"error": "..."}`. Anything else: the body text itself.
+fn error_message(status: StatusCode, body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        let err = &v["error"];
+        if let Some(msg) = err["message"].as_str() {
+            return match err["metadata"]["raw"].as_str() {
+                Some(raw) => format!("{msg} ({raw})"),
+                None => msg.to_string(),
+            };
+        }
+        let found = [err, &v["message"], &v["detail"]]
+            .into_iter()
+            .find_map(|m| m.as_str());
+        if let Some(msg) = found {
+            return msg.to_string();
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return status
+            .canonical_reason()
+            .unwrap_or("no message")
+            .to_string();
+    }
+    // An HTML error page from a proxy can be long; the start says what it is.
+    text.chars().take(500).collect()
+}
+
+/// The text a tool result is sent as (both APIs take a string): a JSON string value is
+/// sent as its raw text, anything else as its JSON text — the JSON the model sees
+/// (DESIGN §4).
+pub(crate) fn result_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn msg(status: u16, body: &str) -> String {
+        error_message(StatusCode::from_u16(status).unwrap(), body.as_bytes())
+    }
+
+    #[test]
+    fn error_messages_come_from_every_known_body_shape() {
+        assert_eq!(
+            msg(400, r#"{"error":{"message":"bad","code":null}}"#),
+            "bad"
+        );
+        assert_eq!(
+            msg(
+                429,
+                r#"{"error":{"code":429,"message":"Provider returned error","metadata":{"raw":"slow down"}}}"#
+            ),
+            "Provider returned error (slow down)"
+        );
+        assert_eq!(
+            msg(400, r#"{"object":"error","message":"vllm says no"}"#),
+            "vllm says no"
+        );
+        assert_eq!(
+            msg(404, r#"{"error":"model not found"}"#),
+            "model not found"
+        );
+        assert_eq!(msg(422, r#"{"detail":"nope"}"#), "nope");
+        assert_eq!(
+            msg(502, "<html>Bad Gateway</html>"),
+            "<html>Bad Gateway</html>"
+        );
+        assert_eq!(msg(503, ""), "Service Unavailable");
+    }
+
+    #[test]
+    fn an_api_key_does_not_print() {
+        let key = ApiKey::new("sk-secret-123").unwrap();
+        assert_eq!(format!("{key:?}"), "ApiKey([redacted])");
+        assert_eq!(ApiKey::new("  "), None);
+    }
+
+    #[test]
+    fn endpoints_accept_a_trailing_slash() {
+        let a = endpoint("http://h:1/v1", "chat/completions", "X").unwrap();
+        let b = endpoint("http://h:1/v1/", "chat/completions", "X").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.as_str(), "http://h:1/v1/chat/completions");
+        assert!(matches!(
+            endpoint("not a url", "x", "X"),
+            Err(ModelError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn tool_results_are_sent_as_text() {
+        assert_eq!(result_text(&json!("plain")), "plain");
+        assert_eq!(result_text(&json!({"a": 1})), r#"{"a":1}"#);
+        assert_eq!(result_text(&json!(42)), "42");
+    }
+}

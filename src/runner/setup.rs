@@ -1,0 +1,229 @@
+//! Turning the user's files into a run: resolving paths, validating everything before
+//! anything is written, and the config snapshot that makes a resumed run use exactly
+//! what it started with.
+
+use crate::config::{self, ConfigErrors, ToolsConfig};
+use crate::model::anthropic::Anthropic;
+use crate::model::openai::OpenAi;
+use crate::model::script::ScriptModel;
+use crate::model::{ModelSpec, Provider};
+use crate::prompts::{Prompts, PromptsError};
+use crate::task::{self, Task, TaskError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_MAX_STEPS: u32 = 30;
+pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
+/// Output-token cap per model response (Anthropic requires one).
+pub const MAX_OUTPUT_TOKENS: u32 = 4096;
+/// Per-request timeout for provider HTTP calls.
+pub const MODEL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Problems with what the user gave us; all exit 2 and write nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    #[error(transparent)]
+    Config(#[from] ConfigErrors),
+    #[error(transparent)]
+    Prompts(#[from] PromptsError),
+    #[error("{path}: {message}")]
+    Input { path: String, message: String },
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// What a run is started with, stored in `runs.snapshot`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Where tools.toml was (relative command paths resolve against its folder).
+    pub tools_path: String,
+    pub tools_toml: String,
+    pub prompts: Prompts,
+    /// Model specs in fallback order.
+    pub models: Vec<String>,
+    /// Script texts by spec, for `script:` models.
+    pub scripts: BTreeMap<String, String>,
+    /// Tools offered to the model; `None` = all in tools.toml.
+    pub tool_subset: Option<Vec<String>>,
+    pub max_output_tokens: u32,
+}
+
+/// A validated snapshot, ready to drive.
+pub struct Resolved {
+    pub snapshot: Snapshot,
+    pub tools: ToolsConfig,
+    pub models: Vec<Provider>,
+}
+
+pub struct StartOptions {
+    pub task: PathBuf,
+    pub tools: Option<PathBuf>,
+    pub model: Option<String>,
+    pub max_steps: Option<u32>,
+    pub max_tokens: Option<u64>,
+}
+
+pub struct Prepared {
+    pub task: Task,
+    pub resolved: Resolved,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+}
+
+/// Reads and validates everything `start` needs.
+pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
+    let task = task::load(&opts.task)?;
+    let tools_path = find_tools(&opts.task, opts.tools.as_deref())?;
+    let (tools_toml, prompts) = match &tools_path {
+        Some(p) => {
+            let (_, text) = config::load(p)?;
+            let dir = p.parent().unwrap_or(Path::new("."));
+            (text, Prompts::load(&dir.join("prompts"))?)
+        }
+        None => (String::new(), Prompts::builtin()),
+    };
+    let models = match &opts.model {
+        Some(m) => {
+            ModelSpec::parse(m).map_err(|e| SetupError::Usage(format!("--model: {e}")))?;
+            vec![m.clone()]
+        }
+        None => task.models.clone(),
+    };
+    if models.is_empty() {
+        return Err(SetupError::Input {
+            path: task.path.display().to_string(),
+            message: "no model: set `model = \"openai:gpt-4o-mini\"` (or anthropic:…, script:…) \
+                      in the front matter, or pass --model"
+                .into(),
+        });
+    }
+    let scripts = read_scripts(&models, &task.path)?;
+    let snapshot = Snapshot {
+        tools_path: tools_path
+            .as_deref()
+            .map(|p| absolute(p).display().to_string())
+            .unwrap_or_else(|| "tools.toml".into()),
+        tools_toml,
+        prompts,
+        models,
+        scripts,
+        tool_subset: task.tools.clone(),
+        max_output_tokens: MAX_OUTPUT_TOKENS,
+    };
+    let resolved = resolve(snapshot)?;
+    Ok(Prepared {
+        max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+        max_tokens: task.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        task,
+        resolved,
+    })
+}
+
+/// Validates a snapshot (fresh, or read back from the store) into live parts.
+pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
+    let tools_path = PathBuf::from(&snapshot.tools_path);
+    let tools = config::parse(&snapshot.tools_toml, &tools_path)?;
+    if let Some(subset) = &snapshot.tool_subset {
+        for name in subset {
+            if !tools.tools.contains_key(name) {
+                return Err(SetupError::Input {
+                    path: snapshot.tools_path.clone(),
+                    message: format!("the task asks for tool `{name}`, which is not defined here"),
+                });
+            }
+        }
+    }
+    let models = snapshot
+        .models
+        .iter()
+        .map(|spec| build_provider(spec, &snapshot.scripts))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Resolved {
+        snapshot,
+        tools,
+        models,
+    })
+}
+
+fn build_provider(spec: &str, scripts: &BTreeMap<String, String>) -> Result<Provider, SetupError> {
+    let parsed = ModelSpec::parse(spec).map_err(SetupError::Usage)?;
+    let usage = |e: crate::model::ModelError| SetupError::Usage(format!("model `{spec}`: {e}"));
+    Ok(match parsed {
+        ModelSpec::OpenAi(m) => {
+            Provider::OpenAi(OpenAi::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
+        }
+        ModelSpec::Anthropic(m) => {
+            Provider::Anthropic(Anthropic::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
+        }
+        ModelSpec::Script(path) => {
+            let text = scripts.get(spec).ok_or_else(|| {
+                SetupError::Usage(format!("model `{spec}`: script text missing from snapshot"))
+            })?;
+            let name = path.display().to_string();
+            Provider::Script(ScriptModel::parse(&name, text).map_err(|message| {
+                SetupError::Input {
+                    path: name.clone(),
+                    message: message.trim_start_matches(&format!("{name}: ")).to_string(),
+                }
+            })?)
+        }
+    })
+}
+
+/// `--tools`, else tools.toml beside the task file, else in the current directory.
+fn find_tools(task: &Path, flag: Option<&Path>) -> Result<Option<PathBuf>, SetupError> {
+    if let Some(p) = flag {
+        if !p.is_file() {
+            return Err(SetupError::Input {
+                path: p.display().to_string(),
+                message: "no such file (from --tools)".into(),
+            });
+        }
+        return Ok(Some(p.to_path_buf()));
+    }
+    let beside = task.parent().unwrap_or(Path::new("")).join("tools.toml");
+    if beside.is_file() {
+        return Ok(Some(beside));
+    }
+    let here = PathBuf::from("tools.toml");
+    Ok(here.is_file().then_some(here))
+}
+
+/// Script paths resolve against the task file's folder first, then the current one.
+fn read_scripts(models: &[String], task: &Path) -> Result<BTreeMap<String, String>, SetupError> {
+    let mut out = BTreeMap::new();
+    for spec in models {
+        let Ok(ModelSpec::Script(path)) = ModelSpec::parse(spec) else {
+            continue;
+        };
+        let beside = task.parent().unwrap_or(Path::new("")).join(&path);
+        let chosen = if beside.is_file() {
+            beside
+        } else {
+            path.clone()
+        };
+        let text = std::fs::read_to_string(&chosen).map_err(|e| SetupError::Input {
+            path: chosen.display().to_string(),
+            message: format!("cannot read script for model `{spec}`: {e}"),
+        })?;
+        // Validate now so a bad script is exit 2 before anything is stored.
+        ScriptModel::parse(&chosen.display().to_string(), &text).map_err(|message| {
+            SetupError::Input {
+                path: chosen.display().to_string(),
+                message: message
+                    .trim_start_matches(&format!("{}: ", chosen.display()))
+                    .to_string(),
+            }
+        })?;
+        out.insert(spec.clone(), text);
+    }
+    Ok(out)
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}

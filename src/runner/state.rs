@@ -1,0 +1,126 @@
+//! The loop state saved with every checkpoint: counters, and everything the recovery
+//! policies (breaker, stuck detector, degradation) remember between steps.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LoopState {
+    /// Model steps completed.
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Failed calls per tool (any arguments), for withdrawing a tool.
+    pub tool_failures: BTreeMap<String, u32>,
+    /// Failed calls per (tool, args digest), for the circuit breaker.
+    pub call_failures: BTreeMap<String, u32>,
+    /// Circuit keys (tool + digest) that are open for the rest of the run.
+    pub open_circuits: BTreeSet<String>,
+    /// Tools withdrawn from the model.
+    pub disabled: BTreeSet<String>,
+    /// Recent call signatures and error signatures, newest last, for stuck detection.
+    pub recent_calls: Vec<String>,
+    pub recent_errors: Vec<String>,
+    /// The stuck nudge has been given once.
+    pub nudged: bool,
+    /// The model has been asked for a degraded (tool-less) answer.
+    pub degraded: bool,
+}
+
+impl LoopState {
+    pub fn tokens_used(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// Why the budget guard stops a run (never retried as a failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetStop {
+    Steps { used: u32, max: u32 },
+    Tokens { used: u64, max: u64 },
+}
+
+impl BudgetStop {
+    pub fn message(&self) -> String {
+        match self {
+            BudgetStop::Steps { used, max } => {
+                format!("step budget spent: {used} of {max} steps used")
+            }
+            BudgetStop::Tokens { used, max } => {
+                format!("token budget spent: {used} of {max} tokens used")
+            }
+        }
+    }
+}
+
+/// The guard: may another model step start?
+pub fn check_budget(state: &LoopState, max_steps: u32, max_tokens: u64) -> Option<BudgetStop> {
+    if state.steps >= max_steps {
+        return Some(BudgetStop::Steps {
+            used: state.steps,
+            max: max_steps,
+        });
+    }
+    if state.tokens_used() >= max_tokens {
+        return Some(BudgetStop::Tokens {
+            used: state.tokens_used(),
+            max: max_tokens,
+        });
+    }
+    None
+}
+
+/// The line appended to the system prompt of every request so the model can wrap up
+/// before the guard fires.
+pub fn budget_note(state: &LoopState, max_steps: u32, max_tokens: u64) -> String {
+    let steps_left = max_steps.saturating_sub(state.steps);
+    let tokens_left = max_tokens.saturating_sub(state.tokens_used());
+    format!(
+        "Budget: this is step {} of {max_steps}; {steps_left} step(s) remain including this one, \
+         and {tokens_left} of {max_tokens} tokens remain.",
+        state.steps + 1
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_guard_fires_on_steps_then_tokens() {
+        let mut s = LoopState {
+            steps: 2,
+            ..Default::default()
+        };
+        assert_eq!(check_budget(&s, 3, 100), None);
+        s.steps = 3;
+        assert_eq!(
+            check_budget(&s, 3, 100),
+            Some(BudgetStop::Steps { used: 3, max: 3 })
+        );
+        s.steps = 1;
+        s.input_tokens = 90;
+        s.output_tokens = 10;
+        assert_eq!(
+            check_budget(&s, 3, 100),
+            Some(BudgetStop::Tokens {
+                used: 100,
+                max: 100
+            })
+        );
+    }
+
+    #[test]
+    fn the_note_counts_the_current_step() {
+        let s = LoopState {
+            steps: 1,
+            input_tokens: 30,
+            ..Default::default()
+        };
+        assert_eq!(
+            budget_note(&s, 3, 100),
+            "Budget: this is step 2 of 3; 2 step(s) remain including this one, and 70 of 100 tokens remain."
+        );
+    }
+}

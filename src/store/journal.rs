@@ -1,0 +1,417 @@
+//! The transcript and the journal inside a step.
+//!
+//! A step is written in at most a few transactions:
+//! 1. the model's response, as soon as it arrives, with one journal row per tool call
+//!    (`pending`) — a finished model call is never paid for twice;
+//! 2. before a non-idempotent call runs, its row is marked started (after a crash, a
+//!    started call without an outcome may have had its effect, so it is never re-run;
+//!    an idempotent call needs no mark: it may simply run again);
+//! 3. each call's outcome as it finishes — except the last, which rides in
+//! 4. the step commit: the step's messages, the loop state and the run's counters.
+//!
+//! So a step with one idempotent call costs two commits, with one non-idempotent call
+//! three, and a final-answer step one.
+
+use super::runs::check_lease;
+use super::{Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
+use crate::model::{Message, ModelResponse, Role};
+use crate::trace::TraceEvent;
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde_json::Value;
+
+/// The journal's view of a call (DESIGN §1 `tool_calls[].status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    Ok,
+    Error,
+    Pending,
+    Unknown,
+}
+
+impl CallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Ok => "ok",
+            CallStatus::Error => "error",
+            CallStatus::Pending => "pending",
+            CallStatus::Unknown => "unknown",
+        }
+    }
+
+    fn parse(s: &str) -> Option<CallStatus> {
+        [
+            CallStatus::Ok,
+            CallStatus::Error,
+            CallStatus::Pending,
+            CallStatus::Unknown,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JournalEntry {
+    pub step: u32,
+    pub idx: u32,
+    pub call_id: String,
+    pub tool: String,
+    pub args: Value,
+    pub status: CallStatus,
+    /// The call may have begun (its side effect may have happened).
+    pub started: bool,
+    pub attempts: u32,
+    /// What the model saw, once finished.
+    pub result: Option<Value>,
+    pub is_error: bool,
+    pub via: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    pub seq: i64,
+    pub step: u32,
+    pub message: Message,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub step: u32,
+    pub at: i64,
+    pub event: TraceEvent,
+}
+
+/// A finished call, to be journaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    pub call_id: String,
+    pub status: CallStatus,
+    pub attempts: u32,
+    pub result: Value,
+    pub is_error: bool,
+    pub via: Option<String>,
+}
+
+/// Everything a step commit writes, atomically.
+pub struct StepCommit<'a> {
+    pub step: u32,
+    pub messages: &'a [Message],
+    /// Loop state JSON after the step.
+    pub state: &'a str,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub status: RunStatus,
+    pub answer: Option<&'a str>,
+    pub error: Option<&'a str>,
+    /// The step's last call outcome, when it was not journaled on its own.
+    pub outcome: Option<&'a CallRecord>,
+    pub events: &'a [TraceEvent],
+}
+
+impl Store {
+    /// Journals a model response for `step` with its tool calls as pending rows.
+    pub fn record_model_turn(
+        &self,
+        lease: &Lease,
+        step: u32,
+        response: &ModelResponse,
+        events: &[TraceEvent],
+    ) -> Result<()> {
+        let json = serde_json::to_string(response).map_err(|e| corrupt(&lease.run, e))?;
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            tx.execute(
+                "INSERT OR REPLACE INTO model_turns (run_id, step, response) VALUES (?1, ?2, ?3)",
+                params![lease.run.0, step, json],
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO tool_calls (run_id, call_id, step, idx, tool, args, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending')",
+            )?;
+            for (i, call) in response.message.tool_calls().iter().enumerate() {
+                insert.execute(params![
+                    lease.run.0,
+                    call.id,
+                    step,
+                    i as i64,
+                    call.name,
+                    call.args.to_string(),
+                ])?;
+            }
+            insert_events(tx, &lease.run, step, events)
+        })
+    }
+
+    /// The journaled model response for `step`, if the step was begun but not committed.
+    pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
+        let conn = self.lock();
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT response FROM model_turns WHERE run_id = ?1 AND step = ?2",
+                params![run.0, step],
+                |r| r.get(0),
+            )
+            .optional()?;
+        text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(run, e)))
+            .transpose()
+    }
+
+    pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            tx.execute(
+                "UPDATE tool_calls SET started = 1 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
+                params![lease.run.0, step, call_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn record_outcome(
+        &self,
+        lease: &Lease,
+        step: u32,
+        record: &CallRecord,
+        events: &[TraceEvent],
+    ) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            update_call(tx, &lease.run, step, record)?;
+            insert_events(tx, &lease.run, step, events)
+        })
+    }
+
+    /// Commits a finished step: its messages, the loop state and the run's counters.
+    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            if let Some(record) = c.outcome {
+                update_call(tx, &lease.run, c.step, record)?;
+            }
+            let last: i64 = tx.query_row(
+                "SELECT last_seq FROM checkpoints WHERE run_id = ?1",
+                [&lease.run.0],
+                |r| r.get(0),
+            )?;
+            insert_messages(tx, &lease.run, last + 1, c.step, c.messages)?;
+            tx.execute(
+                "UPDATE checkpoints SET step = ?2, last_seq = ?3, state = ?4 WHERE run_id = ?1",
+                params![lease.run.0, c.step, last + c.messages.len() as i64, c.state],
+            )?;
+            tx.execute(
+                "UPDATE runs SET steps = ?2, input_tokens = ?3, output_tokens = ?4, status = ?5,
+                    answer = ?6, error = ?7, updated_at = ?8 WHERE id = ?1",
+                params![
+                    lease.run.0,
+                    c.step,
+                    c.input_tokens as i64,
+                    c.output_tokens as i64,
+                    c.status.as_str(),
+                    c.answer,
+                    c.error,
+                    now_ms()
+                ],
+            )?;
+            // The response is now part of the transcript; its journal copy is spent.
+            tx.execute(
+                "DELETE FROM model_turns WHERE run_id = ?1 AND step = ?2",
+                params![lease.run.0, c.step],
+            )?;
+            insert_events(tx, &lease.run, c.step, c.events)?;
+            crate::fault::point("inside_commit");
+            Ok(())
+        })
+    }
+
+    /// Appends trace events outside a step commit (e.g. while pausing).
+    pub fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            insert_events(tx, &lease.run, step, events)
+        })
+    }
+
+    /// The last committed step and loop state JSON.
+    pub fn checkpoint(&self, run: &RunId) -> Result<(u32, String)> {
+        let conn = self.lock();
+        conn.query_row(
+            "SELECT step, state FROM checkpoints WHERE run_id = ?1",
+            [&run.0],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(run.0.clone()))
+    }
+
+    pub fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([&run.0], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, u32>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, step, role, content) = row?;
+            let role: Role =
+                serde_json::from_value(Value::String(role)).map_err(|e| corrupt(run, e))?;
+            let content = serde_json::from_str(&content).map_err(|e| corrupt(run, e))?;
+            out.push(StoredMessage {
+                seq,
+                step,
+                message: Message { role, content },
+            });
+        }
+        Ok(out)
+    }
+
+    /// The tool-call journal of a run, in call order.
+    pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
+             FROM tool_calls WHERE run_id = ?1 ORDER BY step, idx",
+        )?;
+        let rows = stmt.query_map([&run.0], |r| {
+            Ok((
+                (
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                ),
+                (
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, bool>(6)?,
+                    r.get::<_, u32>(7)?,
+                ),
+                (
+                    r.get::<_, Option<String>>(8)?,
+                    r.get::<_, bool>(9)?,
+                    r.get::<_, Option<String>>(10)?,
+                ),
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (
+                (step, idx, call_id, tool),
+                (args, status, started, attempts),
+                (result, is_error, via),
+            ) = row?;
+            out.push(JournalEntry {
+                step,
+                idx,
+                call_id,
+                tool,
+                args: serde_json::from_str(&args).map_err(|e| corrupt(run, e))?,
+                status: CallStatus::parse(&status)
+                    .ok_or_else(|| corrupt(run, format!("unknown call status `{status}`")))?,
+                started,
+                attempts,
+                result: result
+                    .map(|t| serde_json::from_str(&t))
+                    .transpose()
+                    .map_err(|e| corrupt(run, e))?,
+                is_error,
+                via,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare_cached("SELECT step, at, data FROM events WHERE run_id = ?1 ORDER BY id")?;
+        let rows = stmt.query_map([&run.0], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (step, at, data) = row?;
+            let event = serde_json::from_str(&data).map_err(|e| corrupt(run, e))?;
+            out.push(StoredEvent { step, at, event });
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn insert_messages(
+    tx: &Transaction<'_>,
+    run: &RunId,
+    first_seq: i64,
+    step: u32,
+    messages: &[Message],
+) -> Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO messages (run_id, seq, step, role, content) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (i, m) in messages.iter().enumerate() {
+        let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
+        stmt.execute(params![
+            run.0,
+            first_seq + i as i64,
+            step,
+            m.role.as_str(),
+            content
+        ])?;
+    }
+    Ok(())
+}
+
+fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
+    tx.execute(
+        "UPDATE tool_calls SET status = ?3, started = 1, attempts = ?4, result = ?5, is_error = ?6, via = ?7
+         WHERE run_id = ?1 AND call_id = ?2 AND step = ?8",
+        params![
+            run.0,
+            r.call_id,
+            r.status.as_str(),
+            r.attempts,
+            r.result.to_string(),
+            r.is_error,
+            r.via,
+            step
+        ],
+    )?;
+    Ok(())
+}
+
+fn insert_events(
+    tx: &Transaction<'_>,
+    run: &RunId,
+    step: u32,
+    events: &[TraceEvent],
+) -> Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO events (run_id, step, kind, data, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    let now = now_ms();
+    for e in events {
+        let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
+        stmt.execute(params![run.0, step, e.kind(), data, now])?;
+    }
+    Ok(())
+}
+
+fn corrupt(run: &RunId, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        run: run.0.clone(),
+        message: e.to_string(),
+    }
+}

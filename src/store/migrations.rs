@@ -1,0 +1,113 @@
+//! Schema migrations, applied in order and recorded in `PRAGMA user_version`.
+//! Append-only: never edit a shipped migration; add a new one.
+
+use super::{Result, Store, StoreError};
+
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+    CREATE TABLE runs (
+        id              TEXT PRIMARY KEY,
+        task            TEXT NOT NULL,
+        task_path       TEXT NOT NULL,
+        snapshot        TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        max_steps       INTEGER NOT NULL,
+        max_tokens      INTEGER NOT NULL,
+        steps           INTEGER NOT NULL DEFAULT 0,
+        input_tokens    INTEGER NOT NULL DEFAULT 0,
+        output_tokens   INTEGER NOT NULL DEFAULT 0,
+        answer          TEXT,
+        error           TEXT,
+        lease_pid       INTEGER,
+        lease_token     INTEGER NOT NULL DEFAULT 0,
+        lease_heartbeat INTEGER,
+        lease_since     INTEGER,
+        created_at      INTEGER NOT NULL,
+        updated_at      INTEGER NOT NULL
+    );
+    CREATE INDEX runs_by_created ON runs (created_at);
+    CREATE TABLE messages (
+        run_id  TEXT NOT NULL REFERENCES runs(id),
+        seq     INTEGER NOT NULL,
+        step    INTEGER NOT NULL,
+        role    TEXT NOT NULL,
+        content TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE checkpoints (
+        run_id   TEXT PRIMARY KEY REFERENCES runs(id),
+        step     INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        state    TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE model_turns (
+        run_id   TEXT NOT NULL REFERENCES runs(id),
+        step     INTEGER NOT NULL,
+        response TEXT NOT NULL,
+        PRIMARY KEY (run_id, step)
+    ) WITHOUT ROWID;
+    CREATE TABLE tool_calls (
+        run_id     TEXT NOT NULL REFERENCES runs(id),
+        call_id    TEXT NOT NULL,
+        step       INTEGER NOT NULL,
+        idx        INTEGER NOT NULL,
+        tool       TEXT NOT NULL,
+        args       TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        started    INTEGER NOT NULL DEFAULT 0,
+        attempts   INTEGER NOT NULL DEFAULT 0,
+        result     TEXT,
+        is_error   INTEGER NOT NULL DEFAULT 0,
+        via        TEXT,
+        PRIMARY KEY (run_id, step, call_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE events (
+        id     INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        step   INTEGER NOT NULL,
+        kind   TEXT NOT NULL,
+        data   TEXT NOT NULL,
+        at     INTEGER NOT NULL
+    );
+    CREATE INDEX events_by_run ON events (run_id, id);
+    CREATE TABLE escalations (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id      TEXT NOT NULL REFERENCES runs(id),
+        step        INTEGER NOT NULL,
+        kind        TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        summary     TEXT NOT NULL,
+        detail      TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        resolved_at INTEGER,
+        resolved_by TEXT,
+        resolution  TEXT
+    );
+    CREATE INDEX escalations_by_run ON escalations (run_id, status);
+    "#,
+];
+
+pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {
+    let known = MIGRATIONS.len() as i64;
+    if from > known {
+        return Err(StoreError::TooNew {
+            path: store.path.clone(),
+            found: from,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+        store.write(|tx| {
+            // Another process may have migrated between our read and this lock.
+            let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            if now > i as i64 {
+                return Ok(());
+            }
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,315 @@
+//! Run rows: creation, lookup, listing, status, and the lease that lets exactly one
+//! process drive a run at a time.
+
+use super::{Result, RunId, Store, StoreError, now_ms};
+use crate::model::Message;
+use rusqlite::{OptionalExtension, Row, params};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Running,
+    Completed,
+    AwaitingApproval,
+    Escalated,
+    BudgetExhausted,
+    Interrupted,
+    Failed,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::AwaitingApproval,
+        RunStatus::Escalated,
+        RunStatus::BudgetExhausted,
+        RunStatus::Interrupted,
+        RunStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::AwaitingApproval => "awaiting_approval",
+            RunStatus::Escalated => "escalated",
+            RunStatus::BudgetExhausted => "budget_exhausted",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything needed to create a run.
+pub struct NewRun<'a> {
+    pub id: RunId,
+    pub task: &'a str,
+    pub task_path: &'a str,
+    /// JSON config snapshot (tools.toml, prompts, model specs, scripts) as at start.
+    pub snapshot: &'a str,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+    /// The opening transcript (system prompt, task), step 0.
+    pub messages: &'a [Message],
+    /// Initial loop state JSON.
+    pub state: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: RunId,
+    pub task: String,
+    pub task_path: String,
+    pub snapshot: String,
+    pub status: RunStatus,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub lease_pid: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Proof that this process holds a run. Writes carry `token`; a higher token taken by
+/// another process makes them fail with [`StoreError::LeaseLost`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub run: RunId,
+    pub token: i64,
+}
+
+const RUN_COLUMNS: &str = "id, task, task_path, snapshot, status, max_steps, max_tokens, steps, \
+     input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at";
+
+/// A lease whose holder has not written for this long is considered abandoned even if
+/// a process with its pid exists (the pid may have been reused).
+pub const LEASE_TTL_MS: i64 = 60_000;
+
+impl Store {
+    /// Creates a run, already leased to this process, with its opening messages.
+    pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
+        let now = now_ms();
+        let pid = std::process::id() as i64;
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO runs (id, task, task_path, snapshot, status, max_steps, max_tokens,
+                    lease_pid, lease_token, lease_heartbeat, lease_since, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, 1, ?8, ?8, ?8, ?8)",
+                params![
+                    new.id.0,
+                    new.task,
+                    new.task_path,
+                    new.snapshot,
+                    new.max_steps,
+                    new.max_tokens as i64,
+                    pid,
+                    now
+                ],
+            )?;
+            super::journal::insert_messages(tx, &new.id, 0, 0, new.messages)?;
+            tx.execute(
+                "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
+                params![new.id.0, new.messages.len() as i64 - 1, new.state],
+            )?;
+            Ok(())
+        })?;
+        Ok(Lease {
+            run: new.id.clone(),
+            token: 1,
+        })
+    }
+
+    /// Takes the lease of a run for this process. Refused while another live process
+    /// holds it; a holder that died (no such pid) or went silent is replaced at once.
+    pub fn acquire(&self, id: &RunId) -> Result<Lease> {
+        let now = now_ms();
+        let me = std::process::id() as i64;
+        self.write(|tx| {
+            let (pid, token, heartbeat, since): (Option<i64>, i64, Option<i64>, Option<i64>) = tx
+                .query_row(
+                    "SELECT lease_pid, lease_token, lease_heartbeat, lease_since FROM runs WHERE id = ?1",
+                    [&id.0],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?;
+            if let Some(pid) = pid {
+                let fresh = heartbeat.is_some_and(|h| now - h < LEASE_TTL_MS);
+                if pid != me && fresh && process_alive(pid) {
+                    return Err(StoreError::LeaseHeld {
+                        run: id.clone(),
+                        pid,
+                        since: format_time(since.unwrap_or(now)),
+                    });
+                }
+            }
+            tx.execute(
+                "UPDATE runs SET lease_pid = ?2, lease_token = ?3, lease_heartbeat = ?4,
+                    lease_since = ?4 WHERE id = ?1",
+                params![id.0, me, token + 1, now],
+            )?;
+            Ok(Lease {
+                run: id.clone(),
+                token: token + 1,
+            })
+        })
+    }
+
+    /// Gives the run up (the process is about to exit).
+    pub fn release(&self, lease: &Lease) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE runs SET lease_pid = NULL WHERE id = ?1 AND lease_token = ?2",
+                params![lease.run.0, lease.token],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Refreshes the lease's heartbeat; fails when another process took the run.
+    pub fn heartbeat(&self, lease: &Lease) -> Result<()> {
+        self.write(|tx| check_lease(tx, lease))
+    }
+
+    /// Sets a run's status outside a step commit (interrupted, failed, escalated).
+    pub fn set_status(&self, lease: &Lease, status: RunStatus, error: Option<&str>) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            tx.execute(
+                "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
+                params![lease.run.0, status.as_str(), error, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Raises (or lowers) a run's budgets, e.g. from `resume --max-steps`.
+    pub fn set_budgets(&self, lease: &Lease, max_steps: u32, max_tokens: u64) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            tx.execute(
+                "UPDATE runs SET max_steps = ?2, max_tokens = ?3 WHERE id = ?1",
+                params![lease.run.0, max_steps, max_tokens as i64],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn run(&self, id: &RunId) -> Result<RunRow> {
+        let conn = self.lock();
+        conn.query_row(
+            &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
+            [&id.0],
+            run_row,
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?
+    }
+
+    /// Resolves a full id or a unique prefix of one.
+    pub fn find_run(&self, prefix: &str) -> Result<RunId> {
+        let conn = self.lock();
+        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        let mut stmt = conn.prepare("SELECT id FROM runs WHERE id LIKE ?1 ORDER BY id LIMIT 6")?;
+        let ids: Vec<String> = stmt
+            .query_map([pattern], |r| r.get(0))?
+            .collect::<std::result::Result<_, _>>()?;
+        if ids.iter().any(|i| i == prefix) {
+            return Ok(RunId(prefix.to_string()));
+        }
+        match ids.len() {
+            0 => Err(StoreError::RunNotFound(prefix.to_string())),
+            1 => Ok(RunId(ids[0].clone())),
+            _ => Err(StoreError::AmbiguousRun {
+                prefix: prefix.to_string(),
+                matches: ids.join(", "),
+            }),
+        }
+    }
+
+    /// Runs, newest first, optionally only those with `status`.
+    pub fn list_runs(&self, status: Option<RunStatus>) -> Result<Vec<RunRow>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1)
+             ORDER BY created_at DESC, rowid DESC"
+        ))?;
+        let rows = stmt.query_map([status.map(RunStatus::as_str)], run_row)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+}
+
+/// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
+/// the heartbeat as a side effect (every write proves the holder is alive).
+pub(super) fn check_lease(tx: &rusqlite::Transaction<'_>, lease: &Lease) -> Result<()> {
+    let n = tx.execute(
+        "UPDATE runs SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_token = ?2",
+        params![lease.run.0, lease.token, now_ms()],
+    )?;
+    if n == 0 {
+        return Err(StoreError::LeaseLost(lease.run.clone()));
+    }
+    Ok(())
+}
+
+fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
+    let id: String = r.get(0)?;
+    let status: String = r.get(4)?;
+    let Some(status) = RunStatus::parse(&status) else {
+        return Ok(Err(StoreError::Corrupt {
+            run: id,
+            message: format!("unknown status `{status}`"),
+        }));
+    };
+    Ok(Ok(RunRow {
+        id: RunId(id),
+        task: r.get(1)?,
+        task_path: r.get(2)?,
+        snapshot: r.get(3)?,
+        status,
+        max_steps: r.get(5)?,
+        max_tokens: r.get::<_, i64>(6)? as u64,
+        steps: r.get(7)?,
+        input_tokens: r.get::<_, i64>(8)? as u64,
+        output_tokens: r.get::<_, i64>(9)? as u64,
+        answer: r.get(10)?,
+        error: r.get(11)?,
+        lease_pid: r.get(12)?,
+        created_at: r.get(13)?,
+        updated_at: r.get(14)?,
+    }))
+}
+
+/// Whether a process with this pid exists (on this machine).
+fn process_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 performs no action; it only checks that the pid exists
+    // and we may signal it.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn format_time(ms: i64) -> String {
+    crate::timefmt::rfc3339(ms)
+}
