@@ -1,12 +1,19 @@
 //! The recovery layer: every tool call goes through [`execute`], which validates,
 //! retries transient failures, walks declared fallback chains and always returns data.
+//!
+//! Order for one call: unknown tool → `unknown_tool` (no call); schema failure →
+//! `schema_violation` with the validation errors as the message (no call); the gate
+//! (approval, breaker); the tool with retries ([`retry`]); on a failure another tool
+//! could fix, the declared fallback chain ([`fallback`], which documents the rules).
 
+pub mod fallback;
 pub mod retry;
 
 use crate::config::types::{ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
 use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
+use crate::tools::schema;
 use serde_json::Value;
 
 /// What the loop learns from one tool call (after retries and fallbacks).
@@ -34,14 +41,15 @@ pub enum Gate {
 
 pub enum Execution {
     Done(CallOutcome),
-    /// The gate paused before `tool` ran with `args`.
+    /// The gate paused before `tool` ran with `args`. On a fallback hop, `tool` is the
+    /// fallback and `args` are the mapped arguments.
     Paused {
         tool: String,
         args: Value,
     },
 }
 
-/// Runs a tool call with validation, retries and fallbacks. STUB: no fallbacks yet.
+/// Runs a tool call with validation, retries and fallbacks.
 pub async fn execute(
     cfg: &ToolsConfig,
     prompts: &Prompts,
@@ -54,8 +62,12 @@ pub async fn execute(
         let err = ToolError::new(ErrorKind::UnknownTool, format!("no tool named `{tool}`"));
         return Execution::Done(failed(&err, 0, prompts));
     };
+    if let Err(err) = check_args(def, args) {
+        return Execution::Done(failed(&err, 0, prompts));
+    }
     match gate(def, args) {
         Gate::Run => {}
+        // A guard is a decision by policy or a person; no fallback works around it.
         Gate::Block(err) => return Execution::Done(failed(&err, 0, prompts)),
         Gate::Pause => {
             return Execution::Paused {
@@ -65,16 +77,40 @@ pub async fn execute(
         }
     }
     let (result, attempts) = retry::call_with_retry(def, args, ctx).await;
-    Execution::Done(match result {
-        Ok(content) => CallOutcome {
-            content,
-            is_error: false,
-            error: None,
-            attempts,
-            via: None,
-        },
-        Err(err) => failed(&err, attempts, prompts),
-    })
+    match result {
+        Ok(content) => Execution::Done(succeeded(content, attempts, None)),
+        Err(err) if def.fallback.is_empty() || !fallback::triggers(err.kind) => {
+            Execution::Done(failed(&err, attempts, prompts))
+        }
+        Err(err) => {
+            let first = fallback::Tried::new(&def.name, attempts, &err);
+            fallback::walk(cfg, prompts, def, args, first, ctx, gate).await
+        }
+    }
+}
+
+/// `schema_violation` with every validation error, when `args` do not fit `def`.
+pub(crate) fn check_args(def: &ToolDef, args: &Value) -> Result<(), ToolError> {
+    let errors = schema::validate(&def.input_schema, args);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let message = format!(
+        "arguments for {} do not match its schema: {}",
+        def.name,
+        errors.join("; ")
+    );
+    Err(ToolError::new(ErrorKind::SchemaViolation, message))
+}
+
+fn succeeded(content: Value, attempts: u32, via: Option<String>) -> CallOutcome {
+    CallOutcome {
+        content,
+        is_error: false,
+        error: None,
+        attempts,
+        via,
+    }
 }
 
 fn failed(err: &ToolError, attempts: u32, prompts: &Prompts) -> CallOutcome {

@@ -1,44 +1,339 @@
-//! Command tools (DESIGN §3). PLACEHOLDER: minimal; to be replaced by the full version
-//! (sysexits mapping, timeout killing the process group, output cap, clean env).
+//! Command tools (DESIGN §3): one attempt runs argv without a shell, in its own process
+//! group, with the arguments as JSON on stdin and a cleaned environment.
+//!
+//! Exit codes follow sysexits(3):
+//!
+//! | exit | kind | why |
+//! | --- | --- | --- |
+//! | 0 | ok | stdout is the result (JSON if it parses, else text) |
+//! | 75 `EX_TEMPFAIL`, 69 `EX_UNAVAILABLE` | `unavailable` | both mean "try again later"; `timeout` is kept for our own per-attempt timeout and `rate_limited` needs a self-report, so a script cannot be misread |
+//! | 64 `EX_USAGE`, 65 `EX_DATAERR` | `invalid_arguments` | |
+//! | 66 `EX_NOINPUT` | `not_found` | |
+//! | 77 `EX_NOPERM` | `permission_denied` | |
+//! | 70 `EX_SOFTWARE`, any other, killed by a signal | `tool_bug` | |
+//!
+//! A tool may name its kind itself by printing `{"error": KIND, "message": "..."}` on
+//! stdout (optionally `"retry_after": SECONDS`); that wins over the exit code, with exit 0
+//! too. Only the kinds a tool can meaningfully report (transient and permanent ones) are
+//! accepted; the guard and malformed kinds belong to agentrun.
 
 use super::CallContext;
-use super::outcome::{AttemptResult, ErrorKind, ToolError};
+use super::outcome::{AttemptResult, ErrorClass, ErrorKind, ToolError};
 use crate::config::types::{CommandSpec, ToolDef};
 use serde_json::Value;
-use std::process::Stdio;
-use tokio::io::AsyncWriteExt;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Enough stderr to explain a failure; the rest is read and dropped.
+const STDERR_CAP: usize = 16 * 1024;
+/// How much of stderr goes into an error message.
+const STDERR_TAIL: usize = 500;
+/// Substrings (upper-cased) that mark a variable as a secret the child must not see.
+const SECRET_MARKERS: [&str; 4] = ["KEY", "SECRET", "TOKEN", "PASSWORD"];
 
 pub async fn run(
     spec: &CommandSpec,
-    _def: &ToolDef,
+    def: &ToolDef,
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
-    let mut cmd = tokio::process::Command::new(&spec.argv[0]);
+    let mut cmd = build(spec, ctx)?;
+    let mut child = cmd.spawn().map_err(|e| {
+        let msg = format!("{}: cannot start `{}`: {e}", def.name, spec.argv[0]);
+        ToolError::new(ErrorKind::ToolBug, msg)
+    })?;
+    // The child leads its own group (process_group(0)), so its pid is the group id.
+    let mut group = GroupGuard(child.id());
+    let input = args.to_string();
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let work = async {
+        let feed = async {
+            if let Some(mut pipe) = stdin {
+                // A tool that exits without reading its input closes the pipe; that is
+                // its business, not an error.
+                let _ = pipe.write_all(input.as_bytes()).await;
+            }
+        };
+        let wait = async {
+            let status = child.wait().await;
+            // Leftover background processes of the tool would hold the output pipes
+            // open and outlive the attempt; the attempt is over, so they go too. While
+            // any member lives the kernel keeps the group id from being reused, so this
+            // cannot hit a stranger's group.
+            group.kill();
+            status
+        };
+        let (_, out, err, status) = tokio::join!(
+            feed,
+            read_capped(stdout, spec.output_cap),
+            read_capped(stderr, STDERR_CAP),
+            wait
+        );
+        (out, err, status)
+    };
+    // Bind first: the borrows of `child` and `group` inside `work` must end before the
+    // timeout branch uses them again.
+    let finished = tokio::time::timeout(def.retry.timeout, work).await;
+    match finished {
+        Ok((out, err, Ok(status))) => classify(&def.name, status, &out, &err),
+        Ok((_, _, Err(e))) => Err(ToolError::new(
+            ErrorKind::ToolBug,
+            format!("{}: wait failed: {e}", def.name),
+        )),
+        Err(_) => {
+            group.kill();
+            // Reap the direct child so it does not linger as a zombie; it was just killed.
+            let _ = child.wait().await;
+            let limit = humantime::format_duration(def.retry.timeout);
+            Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!("{} exceeded {limit}", def.name),
+            ))
+        }
+    }
+}
+
+fn build(spec: &CommandSpec, ctx: &CallContext<'_>) -> Result<tokio::process::Command, ToolError> {
+    let Some(program) = spec.argv.first() else {
+        return Err(ToolError::new(
+            ErrorKind::ToolBug,
+            "command tool with an empty argv",
+        ));
+    };
+    // A relative path names a file beside tools.toml; a bare name is looked up in PATH.
+    let program = if program.contains('/') {
+        spec.cwd.join(program)
+    } else {
+        program.into()
+    };
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(&spec.argv[1..])
         .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(child_env(std::env::vars_os(), &spec.env))
         .env("AGENTRUN_RUN_ID", ctx.run_id)
         .env("AGENTRUN_CALL_ID", ctx.call_id)
+        .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| ToolError::new(ErrorKind::ToolBug, format!("cannot start: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(args.to_string().as_bytes()).await;
+    Ok(cmd)
+}
+
+/// The parent's environment minus secret-looking names, except those the tool lists.
+pub fn child_env(
+    parent: impl Iterator<Item = (OsString, OsString)>,
+    allowed: &[String],
+) -> Vec<(OsString, OsString)> {
+    parent
+        .filter(|(name, _)| {
+            let name = name.to_string_lossy();
+            allowed.iter().any(|a| *a == name) || !is_secret_name(&name)
+        })
+        .collect()
+}
+
+fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_MARKERS.iter().any(|m| upper.contains(m))
+}
+
+/// Kills the child's whole process group when dropped, so a cancelled attempt (Ctrl-C,
+/// a dropped future) leaves nothing behind either.
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take().and_then(|p| libc::pid_t::try_from(p).ok()) {
+            // SAFETY: kill(2) has no memory-safety preconditions. A group that is
+            // already gone gives ESRCH, which is fine.
+            unsafe {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
     }
-    let out = child
-        .wait_with_output()
-        .await
-        .map_err(|e| ToolError::new(ErrorKind::ToolBug, e.to_string()))?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    if out.status.success() {
-        Ok(serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    } else {
-        Err(ToolError::new(
-            ErrorKind::ToolBug,
-            format!("exit {:?}", out.status.code()),
-        ))
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Output read up to a cap; `total` counts everything the child wrote.
+struct Captured {
+    bytes: Vec<u8>,
+    total: usize,
+}
+
+/// Reads a pipe to its end, keeping the first `cap` bytes. Reading goes on past the cap
+/// so a chatty child never blocks on a full pipe.
+async fn read_capped(pipe: Option<impl AsyncRead + Unpin>, cap: usize) -> Captured {
+    let mut out = Captured {
+        bytes: Vec::new(),
+        total: 0,
+    };
+    let Some(mut pipe) = pipe else { return out };
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return out,
+            Ok(n) => {
+                let keep = n.min(cap.saturating_sub(out.bytes.len()));
+                out.bytes.extend_from_slice(&buf[..keep]);
+                out.total += n;
+            }
+        }
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.bytes).into_owned();
+        if self.total > self.bytes.len() {
+            text.push_str(&format!("\n[output cut at {} bytes]", self.bytes.len()));
+        }
+        text
+    }
+}
+
+/// Maps a finished child to the attempt's result (the table in the module doc).
+fn classify(tool: &str, status: ExitStatus, out: &Captured, err: &Captured) -> AttemptResult {
+    let text = out.text();
+    let parsed = (out.total == out.bytes.len())
+        .then(|| serde_json::from_str::<Value>(&text).ok())
+        .flatten();
+    let stderr = tail(&err.text(), STDERR_TAIL);
+    if let Some(reported) = parsed.as_ref().and_then(|v| self_report(tool, v, &stderr)) {
+        return Err(reported);
+    }
+    let kind = match status.code() {
+        Some(0) => return Ok(parsed.unwrap_or(Value::String(text))),
+        Some(code) => exit_kind(code),
+        None => ErrorKind::ToolBug,
+    };
+    let how = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => "ended abnormally".to_string(),
+    };
+    let mut message = format!("{tool} {how}");
+    if !stderr.is_empty() {
+        message.push_str(": ");
+        message.push_str(&stderr);
+    }
+    Err(ToolError::new(kind, message))
+}
+
+/// The kind for a non-zero sysexits code.
+pub fn exit_kind(code: i32) -> ErrorKind {
+    match code {
+        69 | 75 => ErrorKind::Unavailable,
+        64 | 65 => ErrorKind::InvalidArguments,
+        66 => ErrorKind::NotFound,
+        77 => ErrorKind::PermissionDenied,
+        _ => ErrorKind::ToolBug,
+    }
+}
+
+/// `{"error": KIND, "message": ...}` printed by the tool, when KIND is one a tool may use.
+fn self_report(tool: &str, v: &Value, stderr: &str) -> Option<ToolError> {
+    let kind = ErrorKind::parse(v.get("error")?.as_str()?)?;
+    let message = match v.get("message").and_then(Value::as_str) {
+        Some(m) => m.to_string(),
+        None if !stderr.is_empty() => stderr.to_string(),
+        None => format!("{tool} reported {}", kind.as_str()),
+    };
+    if !matches!(kind.class(), ErrorClass::Transient | ErrorClass::Permanent)
+        || matches!(kind, ErrorKind::OutcomeUnknown | ErrorKind::AllToolsFailed)
+    {
+        let msg = format!(
+            "{tool} reported error kind `{}`, which only agentrun may use",
+            kind.as_str()
+        );
+        return Some(ToolError::new(ErrorKind::ToolBug, msg));
+    }
+    let mut err = ToolError::new(kind, message);
+    err.retry_after = v
+        .get("retry_after")
+        .and_then(Value::as_f64)
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    Some(err)
+}
+
+/// The last `max` characters of `s`, trimmed.
+pub fn tail(s: &str, max: usize) -> String {
+    let s = s.trim();
+    let count = s.chars().count();
+    if count <= max {
+        return s.to_string();
+    }
+    let cut: String = s.chars().skip(count - max).collect();
+    format!("…{}", cut.trim_start())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    #[test]
+    fn secret_looking_names_are_dropped_unless_listed() {
+        let parent = env(&[
+            ("PATH", "/bin"),
+            ("MY_API_KEY", "k"),
+            ("gh_token", "t"),
+            ("DB_PASSWORD", "p"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("KB_TOKEN", "kb"),
+        ]);
+        let kept = child_env(parent.into_iter(), &["KB_TOKEN".to_string()]);
+        assert_eq!(kept, env(&[("PATH", "/bin"), ("KB_TOKEN", "kb")]));
+    }
+
+    #[test]
+    fn sysexits_codes_map_to_kinds() {
+        let kinds: Vec<_> = [75, 69, 64, 65, 66, 77, 70, 1, 2].map(exit_kind).to_vec();
+        use ErrorKind::*;
+        let want = [
+            Unavailable,
+            Unavailable,
+            InvalidArguments,
+            InvalidArguments,
+            NotFound,
+            PermissionDenied,
+            ToolBug,
+            ToolBug,
+            ToolBug,
+        ];
+        assert_eq!(kinds, want);
+    }
+
+    #[test]
+    fn a_tool_cannot_claim_a_guard_kind() {
+        let v = serde_json::json!({"error": "circuit_open", "message": "x"});
+        let err = self_report("t", &v, "").unwrap();
+        assert_eq!(err.kind, ErrorKind::ToolBug);
+    }
+
+    #[test]
+    fn an_error_field_that_is_not_a_kind_is_data() {
+        let v = serde_json::json!({"error": "no results"});
+        assert_eq!(self_report("t", &v, ""), None);
+    }
+
+    #[test]
+    fn tail_keeps_the_end() {
+        assert_eq!(tail("  abc  ", 10), "abc");
+        assert_eq!(tail("0123456789", 3), "…789");
     }
 }

@@ -1,0 +1,244 @@
+//! Declared fallback chains (DESIGN §3 `fallback = [{ tool, map }]`).
+//!
+//! **When a chain starts.** Only after a failure that a different tool could fix:
+//! the transient kinds (timeout, rate_limited, unavailable, server_error) and
+//! `tool_bug` (the tool itself is broken; the question may still be answerable
+//! elsewhere). Never after:
+//! - `permission_denied`: a denial is final; answering through another tool is exactly
+//!   the workaround the seeds forbid.
+//! - `not_found`: the primary source answered; a cache or mirror saying otherwise would
+//!   be older news presented as fact. The model should ask the user to confirm.
+//! - `invalid_arguments`, `conflict`: the request itself must change.
+//! - malformed and guard kinds: no call was made, or policy/a person decided.
+//!
+//! **How it walks.** Hops run in declared order, each with its own retries. Arguments are
+//! mapped by renaming keys listed in `map` (`{ q = "query" }`: `q` becomes `query`);
+//! keys not listed pass through unchanged, and a renamed key wins over a passed-through
+//! key of the same name. Non-object arguments pass through as they are. Mapped
+//! arguments are checked against the hop's schema and the gate is consulted for the hop
+//! (approval applies to fallbacks too). Only the primary's chain is walked, not the
+//! hops' own chains, so a chain cannot loop.
+//!
+//! A hop's failure moves on to the next hop (a cache miss is a reason to try a mirror),
+//! except a denial (`permission_denied`, `approval_denied`), which ends the chain. When
+//! no hop succeeds the call fails with `all_tools_failed`, naming every tool tried.
+
+use super::retry::call_with_retry;
+use super::{CallOutcome, Execution, Gate, check_args, succeeded};
+use crate::config::types::{FallbackStep, ToolDef, ToolsConfig};
+use crate::prompts::Prompts;
+use crate::tools::CallContext;
+use crate::tools::outcome::{ErrorKind, ToolError};
+use crate::trace::TraceEvent;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+
+/// Whether a failure of the tool asked for starts its fallback chain.
+pub fn triggers(kind: ErrorKind) -> bool {
+    kind.is_retryable() || kind == ErrorKind::ToolBug
+}
+
+/// Whether a hop's failure stops the chain instead of moving on.
+fn ends_chain(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::PermissionDenied | ErrorKind::ApprovalDenied
+    )
+}
+
+/// One tool of the chain that failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tried {
+    pub tool: String,
+    pub attempts: u32,
+    pub kind: ErrorKind,
+}
+
+impl Tried {
+    pub fn new(tool: &str, attempts: u32, err: &ToolError) -> Tried {
+        Tried {
+            tool: tool.to_string(),
+            attempts,
+            kind: err.kind,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.attempts {
+            0 => format!("{}: {}, not called", self.tool, self.kind.as_str()),
+            1 => format!("{}: {} after 1 attempt", self.tool, self.kind.as_str()),
+            n => format!("{}: {} after {n} attempts", self.tool, self.kind.as_str()),
+        }
+    }
+}
+
+enum Hop {
+    Succeeded(CallOutcome),
+    Failed(Tried),
+    Paused(Execution),
+}
+
+/// Walks `primary`'s chain after its failure `first`.
+pub async fn walk(
+    cfg: &ToolsConfig,
+    prompts: &Prompts,
+    primary: &ToolDef,
+    args: &Value,
+    first: Tried,
+    ctx: &CallContext<'_>,
+    gate: &dyn Fn(&ToolDef, &Value) -> Gate,
+) -> Execution {
+    let mut tried = vec![first];
+    for step in &primary.fallback {
+        let from = tried.last().map(|t| t.tool.clone()).unwrap_or_default();
+        ctx.events.emit(TraceEvent::Fallback {
+            call_id: ctx.call_id.to_string(),
+            from,
+            to: step.tool.clone(),
+        });
+        match hop(cfg, step, args, ctx, gate).await {
+            Hop::Succeeded(mut outcome) => {
+                outcome.attempts += tried.iter().map(|t| t.attempts).sum::<u32>();
+                return Execution::Done(outcome);
+            }
+            Hop::Paused(paused) => return paused,
+            Hop::Failed(t) => {
+                let stop = ends_chain(t.kind);
+                tried.push(t);
+                if stop {
+                    break;
+                }
+            }
+        }
+    }
+    Execution::Done(all_failed(&tried, prompts))
+}
+
+async fn hop(
+    cfg: &ToolsConfig,
+    step: &FallbackStep,
+    args: &Value,
+    ctx: &CallContext<'_>,
+    gate: &dyn Fn(&ToolDef, &Value) -> Gate,
+) -> Hop {
+    let Some(def) = cfg.tools.get(&step.tool) else {
+        let err = ToolError::new(
+            ErrorKind::UnknownTool,
+            format!("no tool named `{}`", step.tool),
+        );
+        return skipped(&step.tool, &err, ctx);
+    };
+    let mapped = map_args(args, &step.map);
+    if let Err(err) = check_args(def, &mapped) {
+        return skipped(&def.name, &err, ctx);
+    }
+    match gate(def, &mapped) {
+        Gate::Run => {}
+        Gate::Block(err) => return skipped(&def.name, &err, ctx),
+        Gate::Pause => {
+            return Hop::Paused(Execution::Paused {
+                tool: def.name.clone(),
+                args: mapped,
+            });
+        }
+    }
+    let (result, attempts) = call_with_retry(def, &mapped, ctx).await;
+    match result {
+        Ok(value) => {
+            let content = json!({"result": value, "via": def.name, "stale": def.stale});
+            Hop::Succeeded(succeeded(content, attempts, Some(def.name.clone())))
+        }
+        Err(err) => Hop::Failed(Tried::new(&def.name, attempts, &err)),
+    }
+}
+
+/// A hop that was not called: traced with its reason, since a bad mapping or a missing
+/// tool is a config problem someone must see.
+fn skipped(tool: &str, err: &ToolError, ctx: &CallContext<'_>) -> Hop {
+    ctx.events.emit(TraceEvent::Note {
+        kind: "fallback_skipped".to_string(),
+        message: format!("{tool}: {}: {}", err.kind.as_str(), err.message),
+    });
+    Hop::Failed(Tried::new(tool, 0, err))
+}
+
+/// Renames keys per `map`; see the module doc.
+pub fn map_args(args: &Value, map: &BTreeMap<String, String>) -> Value {
+    let Value::Object(obj) = args else {
+        return args.clone();
+    };
+    let mut out: Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| !map.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (from, to) in map {
+        if let Some(v) = obj.get(from) {
+            out.insert(to.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+fn all_failed(tried: &[Tried], prompts: &Prompts) -> CallOutcome {
+    let message = tried
+        .iter()
+        .map(Tried::describe)
+        .collect::<Vec<_>>()
+        .join("; ");
+    let attempts = tried.iter().map(|t| t.attempts).sum();
+    super::failed(
+        &ToolError::new(ErrorKind::AllToolsFailed, message),
+        attempts,
+        prompts,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapped_keys_are_renamed_and_others_pass_through() {
+        let map = BTreeMap::from([("q".to_string(), "query".to_string())]);
+        let args = json!({"q": "refund", "limit": 3, "query": "ignored"});
+        assert_eq!(
+            map_args(&args, &map),
+            json!({"query": "refund", "limit": 3})
+        );
+        assert_eq!(map_args(&json!("text"), &map), json!("text"));
+    }
+
+    #[test]
+    fn only_failures_another_tool_could_fix_start_a_chain() {
+        let starting: Vec<_> = ErrorKind::ALL
+            .into_iter()
+            .filter(|k| triggers(*k))
+            .collect();
+        use ErrorKind::*;
+        assert_eq!(
+            starting,
+            vec![Timeout, RateLimited, Unavailable, ServerError, ToolBug]
+        );
+    }
+
+    #[test]
+    fn the_summary_names_each_tool() {
+        let t = |tool: &str, attempts, kind| Tried {
+            tool: tool.into(),
+            attempts,
+            kind,
+        };
+        let tried = [
+            t("search_kb", 3, ErrorKind::Timeout),
+            t("kb_cache", 1, ErrorKind::NotFound),
+            t("kb_mirror", 0, ErrorKind::SchemaViolation),
+        ];
+        let outcome = all_failed(&tried, &Prompts::builtin());
+        assert_eq!(outcome.attempts, 4);
+        assert_eq!(
+            outcome.content["message"],
+            "search_kb: timeout after 3 attempts; kb_cache: not_found after 1 attempt; kb_mirror: schema_violation, not called"
+        );
+    }
+}
