@@ -1,11 +1,17 @@
-//! Named crash points for fault-injection tests.
+//! Fault injection and observation hooks for the durability tests (issue 6).
 //!
 //! In debug builds, `AGENTRUN_CRASH_AT=NAME` (or `NAME:N` for the N-th time the point
 //! is reached, from 1) makes the process abort at that point — no destructors, no
-//! flushing, like `kill -9`. Release builds compile this to nothing, so production
-//! behaviour cannot be changed through the environment.
+//! flushing, like `kill -9`. `AGENTRUN_OBSERVE_LOG=PATH` makes [`observe`] append
+//! lines to PATH, so a test can see from outside what the process asked for (the
+//! scripted model logs every request). Release builds compile both to nothing, so
+//! production behaviour cannot be changed through the environment.
 
 /// The points a test can crash at, in the order a step reaches them.
+///
+/// `after_tool_intent` and `after_tool_effect` are reached by every tool call;
+/// `after_tool_outcome` only by calls that are not the step's last (the last outcome
+/// rides in the step commit); `inside_commit` and `after_commit` by every step commit.
 pub const POINTS: &[&str] = &[
     "after_model_stored",
     "after_tool_intent",
@@ -35,3 +41,26 @@ pub fn point(name: &str) {
 #[cfg(not(debug_assertions))]
 #[inline(always)]
 pub fn point(_name: &str) {}
+
+/// Appends `line()` to `AGENTRUN_OBSERVE_LOG` (debug builds only). One `write` of a
+/// whole line to a file opened for appending, so lines from several processes (and
+/// the tools they run) interleave but never tear.
+#[cfg(debug_assertions)]
+pub fn observe(line: impl FnOnce() -> String) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("AGENTRUN_OBSERVE_LOG") else {
+        return;
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    // A test hook: failing to log must not change what the run does.
+    if let Ok(mut f) = file {
+        let _ = f.write_all(format!("{}\n", line()).as_bytes());
+    }
+}
+
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub fn observe(_line: impl FnOnce() -> String) {}

@@ -121,6 +121,8 @@ impl ScriptModel {
             .iter()
             .filter(|m| m.role == Role::Assistant)
             .count();
+        // Lets the durability tests check that a stored turn is never asked for again.
+        crate::fault::observe(|| format!("turn {index}"));
         let turn = self
             .turns
             .get(index)

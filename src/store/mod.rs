@@ -6,6 +6,11 @@
 //! forget a pragma. Every write goes through `BEGIN IMMEDIATE`, and every write made on
 //! behalf of a running loop carries the run's lease token, so a process that lost its
 //! lease cannot write late (fencing).
+//!
+//! Damaged storage is reported, never repaired or overwritten (issue 6): a file that is
+//! not SQLite, a damaged (e.g. truncated) one, a read-only one, or one another process
+//! keeps locked past the busy timeout each get their own error, which the command layer
+//! turns into one line and exit 2.
 
 mod journal;
 mod migrations;
@@ -46,6 +51,18 @@ pub enum StoreError {
     #[error("database {path} is not an agentrun database ({message}); it was left untouched")]
     NotADatabase { path: PathBuf, message: String },
     #[error(
+        "database {path} is damaged ({message}); it was left untouched: restore it from a backup"
+    )]
+    Damaged { path: PathBuf, message: String },
+    #[error(
+        "database {path} is read-only; agentrun needs to write to it (check its permissions and attributes)"
+    )]
+    ReadOnly { path: PathBuf },
+    #[error(
+        "database {path} is locked by another process (waited {waited_ms} ms); try again when it is done"
+    )]
+    Locked { path: PathBuf, waited_ms: u128 },
+    #[error(
         "database {path} was written by a newer agentrun (schema {found}, this build knows {known})"
     )]
     TooNew {
@@ -73,15 +90,26 @@ pub enum StoreError {
 impl StoreError {
     /// Errors caused by what the user pointed us at (exit 2), as opposed to failures.
     pub fn is_bad_input(&self) -> bool {
-        !matches!(self, StoreError::Sqlite(_) | StoreError::LeaseLost(_))
+        match self {
+            // Damage found by a query after open is still a problem with the file.
+            StoreError::Sqlite(e) => is_damage(e),
+            StoreError::LeaseLost(_) => false,
+            _ => true,
+        }
     }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// How long a write waits for another process's write lock before giving up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Store {
     path: PathBuf,
     conn: Mutex<Connection>,
+    busy_timeout: Duration,
+    /// See [`runs::LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
+    lease_ttl_ms: i64,
 }
 
 impl Store {
@@ -112,6 +140,8 @@ impl Store {
         let store = Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            busy_timeout: BUSY_TIMEOUT,
+            lease_ttl_ms: runs::LEASE_TTL_MS,
         };
         store.configure()?;
         Ok(store)
@@ -121,16 +151,46 @@ impl Store {
         &self.path
     }
 
+    /// Replaces the busy timeout ([`BUSY_TIMEOUT`]): how long a write waits for
+    /// another process's lock before failing with [`StoreError::Locked`].
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Result<Store> {
+        self.lock()
+            .busy_timeout(timeout)
+            .map_err(|e| self.classify(e))?;
+        self.busy_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Replaces the lease TTL: a holder silent for longer loses the run to `acquire`.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> Store {
+        self.lease_ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self
+    }
+
     fn configure(&self) -> Result<()> {
         let conn = self.lock();
-        let classify = |e: rusqlite::Error| self.classify_open_error(e);
-        // The first read of the header is where a non-SQLite file is detected, before
-        // anything (even the WAL switch) writes to it.
+        let classify = |e: rusqlite::Error| match self.classify(e) {
+            StoreError::Sqlite(e) => StoreError::Open {
+                path: self.path.clone(),
+                message: e.to_string(),
+            },
+            e => e,
+        };
+        // Before the first read: several processes opening a fresh file at once race
+        // for the WAL switch, and a reader without a busy handler fails at once.
+        conn.busy_timeout(self.busy_timeout).map_err(classify)?;
+        // The first read of the header is where a non-SQLite (or truncated) file is
+        // detected, before anything (even the WAL switch) writes to it.
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(classify)?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(classify)?;
+        // SQLite silently falls back to read-only when the file cannot be written;
+        // say so now rather than fail on the first write with a vaguer message.
+        if conn.is_readonly("main").map_err(classify)? {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(classify)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -141,22 +201,20 @@ impl Store {
         migrations::migrate(self, version)
     }
 
-    fn classify_open_error(&self, e: rusqlite::Error) -> StoreError {
+    /// Names what is wrong with the file, when an SQLite error is about the file.
+    fn classify(&self, e: rusqlite::Error) -> StoreError {
+        use rusqlite::ErrorCode as C;
+        let path = self.path.clone();
         let message = e.to_string();
-        let not_db = matches!(
-            e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::NotADatabase) | Some(rusqlite::ErrorCode::DatabaseCorrupt)
-        );
-        if not_db {
-            StoreError::NotADatabase {
-                path: self.path.clone(),
-                message,
-            }
-        } else {
-            StoreError::Open {
-                path: self.path.clone(),
-                message,
-            }
+        match e.sqlite_error_code() {
+            Some(C::NotADatabase) => StoreError::NotADatabase { path, message },
+            Some(C::DatabaseCorrupt) => StoreError::Damaged { path, message },
+            Some(C::ReadOnly) => StoreError::ReadOnly { path },
+            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Locked {
+                path,
+                waited_ms: self.busy_timeout.as_millis(),
+            },
+            _ => StoreError::Sqlite(e),
         }
     }
 
@@ -169,11 +227,22 @@ impl Store {
     /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`.
     fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // BEGIN IMMEDIATE takes the write lock up front, so it is the one place a
+        // write waits for another process (and times out as `Locked`).
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
         let value = f(&tx)?;
-        tx.commit()?;
+        tx.commit().map_err(|e| self.classify(e))?;
         Ok(value)
     }
+}
+
+fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 fn restrict_permissions(path: &Path) {

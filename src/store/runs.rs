@@ -97,7 +97,8 @@ const RUN_COLUMNS: &str = "id, task, task_path, snapshot, status, max_steps, max
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at";
 
 /// A lease whose holder has not written for this long is considered abandoned even if
-/// a process with its pid exists (the pid may have been reused).
+/// a process with its pid exists (the pid may have been reused, or the holder hangs).
+/// The driver heartbeats far more often than this; see [`Store::with_lease_ttl`].
 pub const LEASE_TTL_MS: i64 = 60_000;
 
 impl Store {
@@ -149,7 +150,7 @@ impl Store {
                 .optional()?
                 .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?;
             if let Some(pid) = pid {
-                let fresh = heartbeat.is_some_and(|h| now - h < LEASE_TTL_MS);
+                let fresh = heartbeat.is_some_and(|h| now - h < self.lease_ttl_ms);
                 if pid != me && fresh && process_alive(pid) {
                     return Err(StoreError::LeaseHeld {
                         run: id.clone(),
