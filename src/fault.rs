@@ -10,8 +10,9 @@
 /// The points a test can crash at, in the order a step reaches them.
 ///
 /// `after_tool_intent` and `after_tool_effect` are reached by every tool call;
-/// `after_tool_outcome` only by calls that are not the step's last (the last outcome
-/// rides in the step commit); `inside_commit` and `after_commit` by every step commit.
+/// `after_tool_outcome` by every call except a step's idempotent last one (whose
+/// outcome rides in the step commit); `inside_commit` and `after_commit` by every step
+/// commit.
 pub const POINTS: &[&str] = &[
     "after_model_stored",
     "after_tool_intent",

@@ -160,8 +160,10 @@ impl Runner {
                 record.result.clone(),
                 record.is_error,
             ));
-            let is_last = i + 1 == calls.len();
-            if fresh && !is_last {
+            // A non-idempotent outcome is journaled at once even when it is the last:
+            // should the step commit be lost, it is reused instead of becoming unknown.
+            let at_once = i + 1 < calls.len() || self.must_not_repeat(call);
+            if fresh && at_once {
                 self.store
                     .record_outcome(&self.lease, step, &record, &events.take())?;
                 fault::point("after_tool_outcome");
@@ -315,6 +317,11 @@ impl Runner {
             },
             true,
         ))
+    }
+
+    fn must_not_repeat(&self, call: &ToolCall) -> bool {
+        let def = self.resolved.tools.tools.get(&call.name);
+        def.is_some_and(|d| !d.idempotent)
     }
 
     fn unknown_outcome(&self, call: &ToolCall, def: &ToolDef, events: &EventBuffer) -> CallRecord {

@@ -6,11 +6,12 @@
 //! 2. before a non-idempotent call runs, its row is marked started (after a crash, a
 //!    started call without an outcome may have had its effect, so it is never re-run;
 //!    an idempotent call needs no mark: it may simply run again);
-//! 3. each call's outcome as it finishes — except the last, which rides in
+//! 3. each call's outcome as it finishes — except an idempotent last call's, which
+//!    rides in (a lost commit just runs that call again)
 //! 4. the step commit: the step's messages, the loop state and the run's counters.
 //!
 //! So a step with one idempotent call costs two commits, with one non-idempotent call
-//! three, and a final-answer step one.
+//! four, and a final-answer step one.
 
 use super::runs::check_lease;
 use super::{Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
