@@ -47,7 +47,7 @@ pub enum EscalationsCmd {
 ///   agentrun escalations resolve 3 --modify '{"to": "dana@example.com", "body": "…"}'
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-#[group(id = "decision", required = true, multiple = false)]
+#[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
 pub struct ResolveArgs {
     /// The escalation's id.
     pub id: i64,
