@@ -225,10 +225,7 @@ mod tests {
         let mut s = LoopState::default();
         let args = json!({"q": "x"});
         let fail = Some(ErrorKind::Unavailable);
-        assert_eq!(
-            record_result(&mut s, &policy(), "kb", &args, fail).breaker_opened,
-            false
-        );
+        assert!(!record_result(&mut s, &policy(), "kb", &args, fail).breaker_opened);
         record_result(&mut s, &policy(), "kb", &json!({"q": "other"}), fail);
         assert!(!record_result(&mut s, &policy(), "kb", &args, fail).breaker_opened);
         assert!(!circuit_open(&s, "kb", &args));

@@ -22,7 +22,7 @@ impl Handover<'_> {
         let request = request_line(self.messages);
         let checked = checked_calls(self.messages);
         let next = suggested_next_step(self.kind, &self.facts);
-        let summary = format!("{}: {}", self.kind, first_sentence(&self.problem));
+        let summary = first_sentence(&self.problem);
         let mut detail = self.facts;
         if !detail.is_object() {
             detail = json!({});
@@ -179,7 +179,7 @@ mod tests {
         .build();
         assert_eq!(
             summary,
-            "breaker_open: refund failed 3 times with unavailable (3 attempts each)"
+            "refund failed 3 times with unavailable (3 attempts each)"
         );
         let text = render(&detail);
         assert!(text.starts_with("Request: Refund order ORD-1001.\nChecked:\n  - lookup({\"id\":\"ORD-1001\"}) → {\"status\":\"delivered\"}\n"), "{text}");
