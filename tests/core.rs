@@ -309,3 +309,65 @@ fn resume_accepts_a_unique_prefix_and_rejects_unknown_ids() {
         "agentrun: no run `zzzz` in this database (see `agentrun runs list`)"
     );
 }
+
+/// Polls `cond` until it holds or `secs` pass; a bounded wait on observable state.
+fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn ctrl_c_checkpoints_exits_130_and_the_run_resumes() {
+    let p = Project::new();
+    // Signals that it started, then blocks while `hold` exists.
+    p.script(
+        "slow.sh",
+        "#!/bin/sh\ncat > /dev/null\necho \"$AGENTRUN_CALL_ID\" >> started\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
+    );
+    p.write(
+        "tools.toml",
+        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "fast_enough", "args": {}}]}, {"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
+    p.task("", "Be slow.");
+    p.write("hold", "");
+    let child = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = p.path().join("started");
+    assert!(
+        wait_until(30, || started.exists()),
+        "the slow tool never started"
+    );
+    // SAFETY: plain kill(2) on the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        (v["status"].as_str(), v["steps"].as_u64()),
+        (Some("interrupted"), Some(1))
+    );
+    let id = v["run_id"].as_str().unwrap();
+    assert_eq!(p.show(id)["status"], "interrupted");
+    std::fs::remove_file(p.path().join("hold")).unwrap();
+    let v = p.run(&["resume", id, "--json"]).expect_code(0).json();
+    assert_eq!(
+        (v["status"].as_str(), v["steps"].as_u64()),
+        (Some("completed"), Some(3))
+    );
+}

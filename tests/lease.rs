@@ -109,8 +109,9 @@ fn a_stale_holders_late_writes_are_rejected_after_a_takeover() {
         error: None,
         outcome: None,
         events: &[],
+        escalation: None,
     };
-    lost(a.commit_step(&stale, &commit), "step commit");
+    lost(a.commit_step(&stale, &commit).map(drop), "step commit");
 
     // Nothing of the stale holder's reached the run; the new holder writes freely.
     assert_eq!(b.model_turn(&stale.run, 1).unwrap(), None);

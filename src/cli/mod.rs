@@ -1,6 +1,7 @@
 //! The command line: argument definitions (their doc comments are the `--help` text),
 //! dispatch, and the one place that maps outcomes and errors to exit codes.
 
+mod escalations;
 mod output;
 mod runs;
 
@@ -91,6 +92,9 @@ pub enum Command {
     /// List and inspect runs.
     #[command(subcommand)]
     Runs(runs::RunsCmd),
+    /// The human queue: escalations that wait for a person's decision.
+    #[command(subcommand)]
+    Escalations(escalations::EscalationsCmd),
     /// Check tool definitions.
     #[command(subcommand)]
     Tools(tools::ToolsCmd),
@@ -115,6 +119,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Start(args) => start::start(&cli, args),
         Command::Resume(args) => start::resume(&cli, args),
         Command::Runs(cmd) => runs::run(&cli, cmd),
+        Command::Escalations(cmd) => escalations::run(&cli, cmd),
         Command::Tools(cmd) => tools::run(&cli, cmd),
     }
 }

@@ -45,6 +45,15 @@ pub fn outcome_line(o: &RunOutcome) -> String {
             "\nagentrun: raise the budget with `agentrun resume {} --max-steps N --max-tokens N`",
             o.run_id
         )),
+        crate::store::RunStatus::Escalated | crate::store::RunStatus::AwaitingApproval => {
+            if let Some(e) = o.escalation_id {
+                line.push_str(&format!(
+                    "\nagentrun: a person decides: `agentrun escalations show {e}`, then \
+                     `agentrun escalations resolve {e} ...` and `agentrun resume {}`",
+                    o.run_id
+                ));
+            }
+        }
         _ => line.push_str(&format!(
             "\nagentrun: continue with `agentrun resume {}`",
             o.run_id

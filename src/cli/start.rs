@@ -120,6 +120,21 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         let outcome = stored_outcome(&store, &id)?;
         return report(cli, &outcome);
     }
+    if let Some(open) = waiting_on(&store, &id)? {
+        let mut outcome = stored_outcome(&store, &id)?;
+        outcome.escalation_id = Some(open.id);
+        outcome.reason = Some(format!(
+            "waiting for escalation {} ({})",
+            open.id, open.kind
+        ));
+        if !cli.quiet {
+            eprintln!(
+                "agentrun: run {id} is waiting for escalation {} ({}): {}\nagentrun: see `agentrun escalations show {}`, then decide with `agentrun escalations resolve {} ...`",
+                open.id, open.kind, open.summary, open.id, open.id
+            );
+        }
+        return report(cli, &outcome).map(|_| Exit::NeedsHuman);
+    }
     let snapshot: Snapshot = serde_json::from_str(&row.snapshot)
         .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
     let resolved = setup::resolve(snapshot)?;
@@ -218,6 +233,14 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
+}
+
+/// The open escalation a run waits for, if any.
+fn waiting_on(store: &Store, id: &RunId) -> anyhow::Result<Option<crate::store::EscalationRow>> {
+    Ok(store
+        .escalations_for_run(id)?
+        .into_iter()
+        .find(|e| e.open && e.kind.pauses()))
 }
 
 /// A run's outcome as stored (for runs that are not driven now).

@@ -7,6 +7,7 @@
 //! could fix, the declared fallback chain ([`fallback`], which documents the rules).
 
 pub mod fallback;
+pub mod policy;
 pub mod retry;
 
 use crate::config::types::{ToolDef, ToolsConfig};

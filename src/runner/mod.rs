@@ -7,23 +7,27 @@
 //! response is reused instead of asking the model, a journaled outcome instead of
 //! calling the tool.
 
+mod calls;
+pub mod escalate;
 pub mod progress;
 pub mod setup;
 pub mod state;
 
 use crate::clock::Clock;
-use crate::config::{OnUnknown, ToolDef};
+use crate::config::ToolDef;
 use crate::fault;
 use crate::model::{self, Message, ModelRequest, Part, Role, StopReason, ToolCall, ToolSpec};
-use crate::recovery::{self, Execution, Gate};
+use crate::recovery::policy;
 use crate::store::{
-    CallRecord, CallStatus, JournalEntry, Lease, RunId, RunStatus, StepCommit, Store, StoreError,
+    CallRecord, EscalationKind, EscalationRow, JournalEntry, Lease, NewEscalation, Resolution,
+    RunId, RunStatus, StepCommit, Store, StoreError,
 };
-use crate::tools::CallContext;
-use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::trace::{EventBuffer, TraceEvent};
+use crate::tools::outcome::ErrorKind;
+use crate::trace::EventBuffer;
+use calls::{ASK_USER, CallInput, CallResult, ask_user_spec};
+use escalate::Handover;
 use progress::Progress;
-use serde_json::Value;
+use serde_json::{Value, json};
 use setup::Resolved;
 use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
@@ -59,14 +63,33 @@ struct Loop {
     messages: Vec<Message>,
 }
 
+/// What a step's calls decided, applied when the step commits.
+#[derive(Default)]
+struct StepPlan {
+    /// System notes to the model (a withdrawn tool, a stuck nudge).
+    notes: Vec<Message>,
+    /// A pausing escalation: kind, problem, facts.
+    escalation: Option<(EscalationKind, String, Value)>,
+}
+
+fn state_json(run: &RunId, state: &LoopState) -> Result<String, StoreError> {
+    serde_json::to_string(state).map_err(|e| StoreError::Corrupt {
+        run: run.to_string(),
+        message: e.to_string(),
+    })
+}
+
 impl Runner {
-    fn run_id(&self) -> &RunId {
+    pub(crate) fn run_id(&self) -> &RunId {
         &self.lease.run
     }
 
     /// Drives the run from its last checkpoint until it stops.
     pub async fn run(&self) -> Result<RunOutcome, StoreError> {
         let mut lp = self.load()?;
+        if let Some(outcome) = self.apply_decisions(&mut lp)? {
+            return Ok(outcome);
+        }
         loop {
             if let Some(stop) = check_budget(&lp.state, self.max_steps, self.max_tokens) {
                 let reason = stop.message();
@@ -126,40 +149,41 @@ impl Runner {
                 .map(Some);
         }
         if calls.is_empty() {
-            let answer = assistant.joined_text();
-            self.progress
-                .say(format!("agentrun: step {step}: final answer"));
-            self.commit(
-                lp,
-                next,
-                vec![assistant],
-                RunStatus::Completed,
-                Some(&answer),
-                None,
-                None,
-                &events,
-            )?;
-            return Ok(Some(self.outcome(lp, RunStatus::Completed, None)));
+            return self.finish_answer(lp, next, assistant, &events).map(Some);
         }
         let journal: HashMap<String, JournalEntry> = self
             .store
-            .journal(self.run_id())?
+            .journal_for_step(self.run_id(), step)?
             .into_iter()
-            .filter(|e| e.step == step)
             .map(|e| (e.call_id.clone(), e))
             .collect();
+        let decisions = self.decisions_for_step(step)?;
         let mut new_messages = vec![assistant];
+        let mut plan = StepPlan::default();
         let mut last_fresh = None;
         for (i, call) in calls.iter().enumerate() {
-            let (record, fresh) = self
-                .run_call(step, call, journal.get(&call.id), &events)
-                .await?;
+            let input = CallInput {
+                step,
+                call,
+                entry: journal.get(&call.id),
+                decision: decisions.get(&call.id),
+                state: &next,
+                messages: &lp.messages,
+                events: &events,
+            };
+            let (record, fresh) = match self.run_call(input).await? {
+                CallResult::Paused { escalation, status } => {
+                    return Ok(Some(self.paused(lp, status, escalation)));
+                }
+                CallResult::Done { record, fresh } => (record, fresh),
+            };
             self.progress.say(describe_call(step, call, &record));
             new_messages.push(Message::tool_result(
                 &call.id,
                 record.result.clone(),
                 record.is_error,
             ));
+            self.after_call(&mut next, &mut plan, step, call, &record, fresh, lp)?;
             // A non-idempotent outcome is journaled at once even when it is the last:
             // should the step commit be lost, it is reused instead of becoming unknown.
             let at_once = i + 1 < calls.len() || self.must_not_repeat(call);
@@ -171,16 +195,314 @@ impl Runner {
                 last_fresh = Some(record);
             }
         }
-        self.commit(
+        self.finish_step(lp, next, new_messages, plan, last_fresh.as_ref(), &events)
+    }
+
+    fn must_not_repeat(&self, call: &ToolCall) -> bool {
+        let def = self.resolved.tools.tools.get(&call.name);
+        def.is_some_and(|d| !d.idempotent)
+    }
+
+    /// Decided escalations that block a call of this step, by call id (latest wins).
+    fn decisions_for_step(&self, step: u32) -> Result<HashMap<String, EscalationRow>, StoreError> {
+        let mut out = HashMap::new();
+        for e in self.store.escalations_for_run(self.run_id())? {
+            if e.step == step
+                && !e.open
+                && e.kind.blocks_a_call()
+                && let Some(call) = e.call_id()
+            {
+                out.insert(call.to_string(), e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Feeds a finished call to the recovery policies: breaker, withdrawal, stuck
+    /// detection, tool-bug reports.
+    #[allow(clippy::too_many_arguments)]
+    fn after_call(
+        &self,
+        next: &mut LoopState,
+        plan: &mut StepPlan,
+        step: u32,
+        call: &ToolCall,
+        record: &CallRecord,
+        fresh: bool,
+        lp: &Loop,
+    ) -> Result<(), StoreError> {
+        if call.name == ASK_USER {
+            return Ok(());
+        }
+        let error = record
+            .is_error
+            .then(|| record.result.get("error").and_then(Value::as_str))
+            .flatten()
+            .and_then(ErrorKind::parse);
+        let message = record
+            .result
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let policy = &self.resolved.tools.policy;
+        let verdict = policy::record_result(next, policy, &call.name, &call.args, error);
+        if verdict.breaker_opened && plan.escalation.is_none() {
+            let kind = error.map(ErrorKind::as_str).unwrap_or("error");
+            plan.escalation = Some((
+                EscalationKind::BreakerOpen,
+                format!(
+                    "{} failed {} times with the same arguments (last: {kind}, {} attempt(s): {message}); \
+                     the circuit for this call is open",
+                    call.name, policy.breaker_threshold, record.attempts
+                ),
+                json!({"call_id": call.id, "tool": call.name, "args": call.args,
+                       "key": policy::call_key(&call.name, &call.args)}),
+            ));
+        }
+        if verdict.withdrawn {
+            plan.notes.push(Message::text(
+                Role::System,
+                format!(
+                    "[agentrun] The tool `{}` failed {} times and has been withdrawn: it is no \
+                     longer available in this run.",
+                    call.name, policy.disable_after
+                ),
+            ));
+        }
+        if fresh && error == Some(ErrorKind::ToolBug) {
+            self.report_tool_bug(step, call, message, lp)?;
+        }
+        let observed = error.map(|k| (k, message));
+        if let Some(stuck) =
+            policy::observe_call(next, policy.stuck_repeats, &call.name, &call.args, observed)
+        {
+            policy::reset_stuck_history(next);
+            if !next.nudged {
+                next.nudged = true;
+                let text = format!(
+                    "{}\n(agentrun saw {}.)",
+                    self.resolved.snapshot.prompts.stuck.trim(),
+                    stuck.describe()
+                );
+                plan.notes.push(Message::text(Role::System, text));
+                self.progress.say(format!(
+                    "agentrun: step {step}: nudged: {}",
+                    stuck.describe()
+                ));
+            } else if plan.escalation.is_none() {
+                plan.escalation = Some((
+                    EscalationKind::Stuck,
+                    format!("the agent kept looping after a nudge: {}", stuck.describe()),
+                    json!({"tool": call.name}),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn report_tool_bug(
+        &self,
+        step: u32,
+        call: &ToolCall,
+        message: &str,
+        lp: &Loop,
+    ) -> Result<(), StoreError> {
+        let (summary, detail) = Handover {
+            kind: EscalationKind::ToolBug,
+            messages: &lp.messages,
+            problem: format!("{} failed with a tool bug: {message}", call.name),
+            facts: json!({"tool": call.name, "args": call.args, "call_id": call.id}),
+        }
+        .build();
+        let new = NewEscalation {
+            step,
+            kind: EscalationKind::ToolBug,
+            summary: &summary,
+            detail: &detail,
+        };
+        let id = self.store.create_escalation(&self.lease, &new, None, &[])?;
+        self.progress.say(format!(
+            "agentrun: escalation {id} (tool_bug) queued for the tool's owner; the run goes on"
+        ));
+        Ok(())
+    }
+
+    /// Commits the step with what its calls decided: notes to the model, a degraded
+    /// turn when no tool is left, and a pausing escalation.
+    fn finish_step(
+        &self,
+        lp: &mut Loop,
+        mut next: LoopState,
+        mut new_messages: Vec<Message>,
+        mut plan: StepPlan,
+        last: Option<&CallRecord>,
+        events: &EventBuffer,
+    ) -> Result<Option<RunOutcome>, StoreError> {
+        let all_withdrawn = self
+            .configured_tools()
+            .iter()
+            .all(|t| next.disabled.contains(&t.name));
+        if !next.degraded && !self.configured_tools().is_empty() && all_withdrawn {
+            next.degraded = true;
+            plan.notes.push(Message::text(
+                Role::System,
+                self.resolved.snapshot.prompts.degraded.trim(),
+            ));
+            self.progress
+                .say("agentrun: every tool was withdrawn; asking for an answer without tools");
+        }
+        new_messages.extend(plan.notes);
+        let Some((kind, problem, facts)) = plan.escalation else {
+            self.commit(
+                lp,
+                next,
+                new_messages,
+                RunStatus::Running,
+                None,
+                None,
+                last,
+                events,
+                None,
+            )?;
+            return Ok(None);
+        };
+        let mut transcript = lp.messages.clone();
+        transcript.extend(new_messages.iter().cloned());
+        let (summary, detail) = Handover {
+            kind,
+            messages: &transcript,
+            problem,
+            facts,
+        }
+        .build();
+        let new = NewEscalation {
+            step: next.steps,
+            kind,
+            summary: &summary,
+            detail: &detail,
+        };
+        let id = self.commit(
             lp,
             next,
             new_messages,
-            RunStatus::Running,
+            RunStatus::Escalated,
             None,
             None,
-            last_fresh.as_ref(),
-            &events,
+            last,
+            events,
+            Some(&new),
         )?;
+        self.progress.say(format!(
+            "agentrun: escalation {} ({kind}): {summary}",
+            id.unwrap_or_default()
+        ));
+        let mut o = self.outcome(lp, RunStatus::Escalated, Some(summary));
+        o.escalation_id = id;
+        Ok(Some(o))
+    }
+
+    fn finish_answer(
+        &self,
+        lp: &mut Loop,
+        next: LoopState,
+        assistant: Message,
+        events: &EventBuffer,
+    ) -> Result<RunOutcome, StoreError> {
+        let answer = assistant.joined_text();
+        let degraded = next.degraded;
+        self.progress.say(format!(
+            "agentrun: step {}: final answer{}",
+            next.steps,
+            if degraded {
+                " (degraded: no tools were left)"
+            } else {
+                ""
+            }
+        ));
+        let reason = degraded
+            .then(|| "degraded: answered without tools after every tool was withdrawn".to_string());
+        self.commit(
+            lp,
+            next,
+            vec![assistant],
+            RunStatus::Completed,
+            Some(&answer),
+            reason.as_deref(),
+            None,
+            events,
+            None,
+        )?;
+        Ok(self.outcome(lp, RunStatus::Completed, reason))
+    }
+
+    fn paused(&self, lp: &Loop, status: RunStatus, escalation: i64) -> RunOutcome {
+        let mut o = self.outcome(
+            lp,
+            status,
+            Some(format!("waiting for escalation {escalation}")),
+        );
+        o.escalation_id = Some(escalation);
+        o
+    }
+
+    /// Carries people's decisions on between-step escalations (breaker, stuck) into the
+    /// run, once each.
+    fn apply_decisions(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, StoreError> {
+        for e in self.store.escalations_for_run(self.run_id())? {
+            if e.open || e.applied || !e.kind.pauses() || e.kind.blocks_a_call() {
+                continue;
+            }
+            let Some(resolution) = &e.resolution else {
+                continue;
+            };
+            let mut state = lp.state.clone();
+            let mut notes = Vec::new();
+            let mut stop = None;
+            match (e.kind, resolution) {
+                (EscalationKind::BreakerOpen, Resolution::Approve) => {
+                    let key = e.detail["key"].as_str().unwrap_or_default();
+                    state.open_circuits.remove(key);
+                    state.call_failures.remove(key);
+                    if let Some(tool) = e.detail["tool"].as_str() {
+                        state.disabled.remove(tool);
+                        state.tool_failures.remove(tool);
+                    }
+                }
+                (EscalationKind::Stuck, Resolution::Approve) => {
+                    policy::reset_stuck_history(&mut state);
+                    state.nudged = false;
+                }
+                (EscalationKind::Stuck, Resolution::Deny { reason }) => {
+                    stop = Some(format!(
+                        "stopped by a person (escalation {}): {reason}",
+                        e.id
+                    ));
+                }
+                (_, Resolution::Reply { text }) => notes.push(Message::text(
+                    Role::User,
+                    format!(
+                        "[A person answered escalation {} ({})] {text}",
+                        e.id, e.kind
+                    ),
+                )),
+                _ => {}
+            }
+            let json = state_json(self.run_id(), &state)?;
+            let status = stop.as_deref().map(|r| (RunStatus::Failed, r));
+            self.store.apply_resolution(
+                &self.lease,
+                e.id,
+                lp.state.steps,
+                &notes,
+                &json,
+                status,
+            )?;
+            lp.messages.extend(notes);
+            lp.state = state;
+            if let Some(reason) = stop {
+                return Ok(Some(self.outcome(lp, RunStatus::Failed, Some(reason))));
+            }
+        }
         Ok(None)
     }
 
@@ -217,132 +539,37 @@ impl Runner {
         model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events).await
     }
 
-    /// Tools offered to the model this step: the task's subset, minus withdrawn ones.
-    fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
+    /// The task's tools from tools.toml (its subset, or all).
+    fn configured_tools(&self) -> Vec<&ToolDef> {
         let subset = self.resolved.snapshot.tool_subset.as_ref();
         self.resolved
             .tools
             .tools
             .values()
             .filter(|t| subset.is_none_or(|s| s.contains(&t.name)))
+            .collect()
+    }
+
+    /// Tools offered to the model this step: the configured ones minus withdrawn ones,
+    /// plus `ask_user` — none at all once the run is degraded.
+    fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
+        if state.degraded {
+            return Vec::new();
+        }
+        let mut specs: Vec<ToolSpec> = self
+            .configured_tools()
+            .into_iter()
             .filter(|t| !state.disabled.contains(&t.name))
             .map(|t| ToolSpec {
                 name: t.name.clone(),
                 description: t.description.clone(),
                 input_schema: t.input_schema.clone(),
             })
-            .collect()
-    }
-
-    /// Runs (or recovers from the journal) one tool call. Returns the record and
-    /// whether it was produced now (and so still needs journaling).
-    async fn run_call(
-        &self,
-        step: u32,
-        call: &ToolCall,
-        entry: Option<&JournalEntry>,
-        events: &EventBuffer,
-    ) -> Result<(CallRecord, bool), StoreError> {
-        if let Some(e) = entry
-            && let Some(result) = &e.result
-            && matches!(e.status, CallStatus::Ok | CallStatus::Error)
-        {
-            let record = CallRecord {
-                call_id: e.call_id.clone(),
-                status: e.status,
-                attempts: e.attempts,
-                result: result.clone(),
-                is_error: e.is_error,
-                via: e.via.clone(),
-            };
-            return Ok((record, false));
+            .collect();
+        if !specs.is_empty() {
+            specs.push(ask_user_spec());
         }
-        let def = self.resolved.tools.tools.get(&call.name);
-        // Only non-idempotent calls are marked started (an idempotent one may simply
-        // run again), so a started call without an outcome may have had its effect.
-        if entry.is_some_and(|e| e.started)
-            && let Some(def) = def
-        {
-            return Ok((self.unknown_outcome(call, def, events), true));
-        }
-        if def.is_some_and(|d| !d.idempotent) {
-            self.store.mark_started(&self.lease, step, &call.id)?;
-        }
-        fault::point("after_tool_intent");
-        let ctx = CallContext {
-            run_id: self.run_id().as_str(),
-            call_id: &call.id,
-            clock: self.clock.as_ref(),
-            events,
-        };
-        let gate = |_def: &ToolDef, _args: &Value| Gate::Run;
-        let exec = recovery::execute(
-            &self.resolved.tools,
-            &self.resolved.snapshot.prompts,
-            &call.name,
-            &call.args,
-            &ctx,
-            &gate,
-        )
-        .await;
-        fault::point("after_tool_effect");
-        let outcome = match exec {
-            Execution::Done(o) => o,
-            Execution::Paused { tool, .. } => {
-                // Approvals arrive with the human queue; until then a pause is a denial.
-                let err =
-                    ToolError::new(ErrorKind::ApprovalDenied, format!("{tool} needs approval"));
-                let content = err.to_model_json(0, self.resolved.snapshot.prompts.hint(err.kind));
-                recovery::CallOutcome {
-                    content,
-                    is_error: true,
-                    error: Some(err.kind),
-                    attempts: 0,
-                    via: None,
-                }
-            }
-        };
-        Ok((
-            CallRecord {
-                call_id: call.id.clone(),
-                status: if outcome.is_error {
-                    CallStatus::Error
-                } else {
-                    CallStatus::Ok
-                },
-                attempts: outcome.attempts,
-                result: outcome.content,
-                is_error: outcome.is_error,
-                via: outcome.via,
-            },
-            true,
-        ))
-    }
-
-    fn must_not_repeat(&self, call: &ToolCall) -> bool {
-        let def = self.resolved.tools.tools.get(&call.name);
-        def.is_some_and(|d| !d.idempotent)
-    }
-
-    fn unknown_outcome(&self, call: &ToolCall, def: &ToolDef, events: &EventBuffer) -> CallRecord {
-        let message = format!(
-            "the run stopped while `{}` was running; it is unknown whether it took effect",
-            call.name
-        );
-        events.emit_note("outcome_unknown", &message);
-        if def.on_unknown == OnUnknown::Escalate {
-            // The human queue lands with the escalation work; until then the model is
-            // told, which is the safe reading of "never re-run it".
-        }
-        let err = ToolError::new(ErrorKind::OutcomeUnknown, message);
-        CallRecord {
-            call_id: call.id.clone(),
-            status: CallStatus::Unknown,
-            attempts: 0,
-            result: err.to_model_json(0, self.resolved.snapshot.prompts.hint(err.kind)),
-            is_error: true,
-            via: None,
-        }
+        specs
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -356,12 +583,10 @@ impl Runner {
         error: Option<&str>,
         outcome: Option<&CallRecord>,
         events: &EventBuffer,
-    ) -> Result<(), StoreError> {
-        let state = serde_json::to_string(&next).map_err(|e| StoreError::Corrupt {
-            run: self.run_id().to_string(),
-            message: e.to_string(),
-        })?;
-        self.store.commit_step(
+        escalation: Option<&NewEscalation<'_>>,
+    ) -> Result<Option<i64>, StoreError> {
+        let state = state_json(self.run_id(), &next)?;
+        let id = self.store.commit_step(
             &self.lease,
             &StepCommit {
                 step: next.steps,
@@ -374,12 +599,13 @@ impl Runner {
                 error,
                 outcome,
                 events: &events.take(),
+                escalation,
             },
         )?;
         fault::point("after_commit");
         lp.messages.extend(new_messages);
         lp.state = next;
-        Ok(())
+        Ok(id)
     }
 
     fn fail_model(
@@ -430,6 +656,7 @@ impl Runner {
             Some(&reason),
             None,
             events,
+            None,
         )?;
         self.progress.say(format!("agentrun: {reason}"));
         Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
@@ -479,18 +706,4 @@ fn describe_call(step: u32, call: &ToolCall, r: &CallRecord) -> String {
         "agentrun: step {step}: {} {what}{via} ({attempts})",
         call.name
     )
-}
-
-trait EmitNote {
-    fn emit_note(&self, kind: &str, message: &str);
-}
-
-impl EmitNote for EventBuffer {
-    fn emit_note(&self, kind: &str, message: &str) {
-        use crate::trace::EventSink;
-        self.emit(TraceEvent::Note {
-            kind: kind.to_string(),
-            message: message.to_string(),
-        });
-    }
 }

@@ -107,6 +107,8 @@ pub struct StepCommit<'a> {
     /// The step's last call outcome, when it was not journaled on its own.
     pub outcome: Option<&'a CallRecord>,
     pub events: &'a [TraceEvent],
+    /// An escalation raised by this step, queued in the same commit.
+    pub escalation: Option<&'a super::NewEscalation<'a>>,
 }
 
 impl Store {
@@ -182,8 +184,9 @@ impl Store {
         })
     }
 
-    /// Commits a finished step: its messages, the loop state and the run's counters.
-    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<()> {
+    /// Commits a finished step: its messages, the loop state and the run's counters,
+    /// and the escalation it raised (whose id is returned).
+    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<i64>> {
         self.write(|tx| {
             check_lease(tx, lease)?;
             if let Some(record) = c.outcome {
@@ -219,9 +222,55 @@ impl Store {
                 params![lease.run.0, c.step],
             )?;
             insert_events(tx, &lease.run, c.step, c.events)?;
+            let escalation = match c.escalation {
+                Some(e) => Some(super::escalations::insert(tx, &lease.run, e)?),
+                None => None,
+            };
             crate::fault::point("inside_commit");
+            Ok(escalation)
+        })
+    }
+
+    /// Appends messages between steps (a person's reply carried into the transcript)
+    /// with the new loop state, and marks the escalation that caused it as applied.
+    pub fn apply_resolution(
+        &self,
+        lease: &Lease,
+        escalation: i64,
+        step: u32,
+        messages: &[Message],
+        state: &str,
+        status: Option<(RunStatus, &str)>,
+    ) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            let last: i64 = tx.query_row(
+                "SELECT last_seq FROM checkpoints WHERE run_id = ?1",
+                [&lease.run.0],
+                |r| r.get(0),
+            )?;
+            insert_messages(tx, &lease.run, last + 1, step, messages)?;
+            tx.execute(
+                "UPDATE checkpoints SET last_seq = ?2, state = ?3 WHERE run_id = ?1",
+                params![lease.run.0, last + messages.len() as i64, state],
+            )?;
+            if let Some((status, reason)) = status {
+                tx.execute(
+                    "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
+                    params![lease.run.0, status.as_str(), reason, now_ms()],
+                )?;
+            }
+            tx.execute(
+                "UPDATE escalations SET applied = 1 WHERE id = ?1",
+                [escalation],
+            )?;
             Ok(())
         })
+    }
+
+    /// The journal rows of one step.
+    pub fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>> {
+        Ok(self.journal_where(run, Some(step))?.into_iter().collect())
     }
 
     /// Appends trace events outside a step commit (e.g. while pausing).
@@ -277,12 +326,16 @@ impl Store {
 
     /// The tool-call journal of a run, in call order.
     pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        self.journal_where(run, None)
+    }
+
+    fn journal_where(&self, run: &RunId, step: Option<u32>) -> Result<Vec<JournalEntry>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
-             FROM tool_calls WHERE run_id = ?1 ORDER BY step, idx",
+             FROM tool_calls WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY step, idx",
         )?;
-        let rows = stmt.query_map([&run.0], |r| {
+        let rows = stmt.query_map(params![run.0, step], |r| {
             Ok((
                 (
                     r.get::<_, u32>(0)?,
@@ -393,7 +446,7 @@ fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> 
     Ok(())
 }
 
-fn insert_events(
+pub(super) fn insert_events(
     tx: &Transaction<'_>,
     run: &RunId,
     step: u32,

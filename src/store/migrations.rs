@@ -86,6 +86,10 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX escalations_by_run ON escalations (run_id, status);
     "#,
+    // 2: between-step escalations (breaker, stuck) are applied once on resume.
+    r#"
+    ALTER TABLE escalations ADD COLUMN applied INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {

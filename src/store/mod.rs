@@ -12,10 +12,12 @@
 //! keeps locked past the busy timeout each get their own error, which the command layer
 //! turns into one line and exit 2.
 
+mod escalations;
 mod journal;
 mod migrations;
 mod runs;
 
+pub use escalations::{EscalationKind, EscalationRow, NewEscalation, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
 pub use runs::{Lease, NewRun, RunRow, RunStatus};
 
@@ -81,6 +83,10 @@ pub enum StoreError {
     /// Another process took the run over; this process must stop writing.
     #[error("run {0} was taken over by another process; this process stopped writing to it")]
     LeaseLost(RunId),
+    #[error("no escalation `{0}` (see `agentrun escalations list --all`)")]
+    EscalationNotFound(String),
+    #[error("escalation {0} is already resolved; a decision is recorded once")]
+    AlreadyResolved(i64),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("stored data for run {run} is damaged: {message}")]

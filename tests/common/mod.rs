@@ -156,3 +156,109 @@ pub fn transcript(show: &Value) -> Vec<(u64, String, Value)> {
         })
         .collect()
 }
+
+// ---- Helpers for the recovery and provider end-to-end tests ----------------------------
+
+/// `[defaults]` with short waits, so a retried call costs milliseconds. The exact delay
+/// schedule is unit-tested with an injected clock; end to end we only need it bounded.
+pub const FAST_DEFAULTS: &str = r#"[defaults]
+timeout = "5s"
+attempts = 3
+backoff = "10ms"
+max_backoff = "200ms"
+"#;
+
+impl Project {
+    /// Writes tools.toml: [`FAST_DEFAULTS`] followed by `tools`.
+    pub fn fast_tools(&self, tools: &str) -> PathBuf {
+        self.write("tools.toml", &format!("{FAST_DEFAULTS}\n{tools}"))
+    }
+
+    /// `start task.md --json` with extra environment; returns the run and its
+    /// `runs show --json` (printing everything when the run printed no JSON).
+    pub fn start(&self, env: &[(&str, &str)]) -> (Run, Value) {
+        let run = self.run_env(&["start", "task.md", "--json"], env);
+        let id = run.json()["run_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no run_id\n{run}"))
+            .to_string();
+        let show = self.show(&id);
+        (run, show)
+    }
+
+    /// Lines in a project file; 0 when it does not exist (the tool never ran).
+    pub fn lines(&self, rel: &str) -> usize {
+        std::fs::read_to_string(self.path().join(rel))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    }
+
+    /// Every byte of the database: the main file, its WAL and shared memory.
+    pub fn db_bytes(&self) -> Vec<u8> {
+        let name = self.db().file_name().expect("db name").to_os_string();
+        let mut bytes = Vec::new();
+        for entry in std::fs::read_dir(self.path()).expect("read project dir") {
+            let entry = entry.expect("dir entry");
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&*name.to_string_lossy())
+            {
+                bytes.extend(std::fs::read(entry.path()).expect("read db file"));
+            }
+        }
+        assert!(!bytes.is_empty(), "no database files in {:?}", self.path());
+        bytes
+    }
+}
+
+/// The trace events of one kind (`backoff`, `tool_attempt`, `fallback`, `model_retry`,
+/// `model_fallback`, `note`) from `runs show --json`, in order.
+pub fn events(show: &Value, kind: &str) -> Vec<Value> {
+    show["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["event"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// The tool result the model saw for `call_id`: its content and `is_error`.
+pub fn tool_result(show: &Value, call_id: &str) -> (Value, bool) {
+    let parts: Vec<&Value> = show["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .flat_map(|m| m["content"].as_array().expect("content").iter())
+        .filter(|p| p["type"] == "tool_result" && p["call_id"] == call_id)
+        .collect();
+    assert_eq!(parts.len(), 1, "one result for {call_id}: {show:#}");
+    (
+        parts[0]["content"].clone(),
+        parts[0]["is_error"].as_bool().expect("is_error"),
+    )
+}
+
+/// The journal row (`tool_calls[]`) of `call_id`.
+pub fn journal(show: &Value, call_id: &str) -> Value {
+    let rows: Vec<&Value> = show["tool_calls"]
+        .as_array()
+        .expect("tool_calls")
+        .iter()
+        .filter(|c| c["call_id"] == call_id)
+        .collect();
+    assert_eq!(rows.len(), 1, "one journal row for {call_id}: {show:#}");
+    rows[0].clone()
+}
+
+/// A current-thread tokio runtime for driving wiremock from a plain `#[test]` (the mock
+/// server serves from its own thread, so the binary can run with std::process while
+/// this runtime sits idle).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}

@@ -233,13 +233,3 @@ pub fn check_effects(show: &Value, effects: &BTreeMap<String, usize>) -> Result<
     }
     Ok(())
 }
-
-/// The `outcome_unknown` trace events of a run, by call (from the message).
-pub fn unknown_events(show: &Value) -> usize {
-    show["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|e| e["event"] == "note" && e["kind"] == "outcome_unknown")
-        .count()
-}

@@ -1,0 +1,4 @@
+#!/bin/sh
+# A search that never finds anything.
+cat > /dev/null
+echo '{"results": []}'

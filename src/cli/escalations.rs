@@ -1,0 +1,304 @@
+//! `agentrun escalations`: the human queue — list, show a handover, record a decision.
+
+use super::{BadInput, Cli, Exit, open_store, output};
+use crate::runner::escalate;
+use crate::runner::setup::Snapshot;
+use crate::store::{EscalationKind, EscalationRow, Resolution, Store};
+use crate::timefmt::{age, rfc3339};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+#[derive(Debug, Subcommand)]
+pub enum EscalationsCmd {
+    /// List open escalations (with --all, resolved ones too), newest first.
+    ///
+    /// Example:
+    ///   agentrun escalations list --all
+    #[command(verbatim_doc_comment)]
+    List {
+        /// Include resolved escalations.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show an escalation's handover: the request, what was checked, the problem, a
+    /// suggested next step, and the run's recent trace.
+    ///
+    /// Example:
+    ///   agentrun escalations show 3
+    #[command(verbatim_doc_comment)]
+    Show {
+        /// The escalation's id.
+        id: i64,
+    },
+    Resolve(ResolveArgs),
+}
+
+/// Record a person's decision; then `agentrun resume RUN_ID` continues the run with it.
+///
+/// Decisions by kind:
+///   approval_required   --approve | --modify JSON | --deny REASON
+///   question            --reply TEXT | --deny REASON
+///   outcome_unknown     --reply TEXT (it happened) | --approve (run it again) | --deny REASON (it did not)
+///   breaker_open        --approve (close the circuit) | --reply TEXT | --deny REASON
+///   stuck               --approve (let it try again) | --reply TEXT | --deny REASON (stop the run)
+///   tool_bug, all_tools_failed   --reply TEXT | --approve (acknowledge)
+///
+/// Example:
+///   agentrun escalations resolve 3 --modify '{"to": "dana@example.com", "body": "…"}'
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+#[command(group(clap::ArgGroup::new("decision").required(true).multiple(false)))]
+pub struct ResolveArgs {
+    /// The escalation's id.
+    pub id: i64,
+    /// Approve the call exactly as shown (or acknowledge).
+    #[arg(long, group = "decision")]
+    pub approve: bool,
+    /// Refuse, with a reason the model is told.
+    #[arg(long, value_name = "REASON", group = "decision")]
+    pub deny: Option<String>,
+    /// Approve with these arguments instead (a JSON object, checked against the tool's schema).
+    #[arg(long, value_name = "JSON", group = "decision")]
+    pub modify: Option<String>,
+    /// Answer in words (a question, or what happened).
+    #[arg(long, value_name = "TEXT", group = "decision")]
+    pub reply: Option<String>,
+    /// Who decides [default: $USER]
+    #[arg(long, value_name = "NAME")]
+    pub by: Option<String>,
+}
+
+pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
+    let store = open_store(&cli.db_path(), false)?;
+    match cmd {
+        EscalationsCmd::List { all } => list(cli, &store, *all),
+        EscalationsCmd::Show { id } => show(cli, &store, *id),
+        EscalationsCmd::Resolve(args) => resolve(cli, &store, args),
+    }
+}
+
+pub fn summary_json(e: &EscalationRow) -> Value {
+    json!({
+        "id": e.id.to_string(),
+        "run_id": e.run_id.as_str(),
+        "kind": e.kind.as_str(),
+        "status": if e.open { "open" } else { "resolved" },
+        "summary": e.summary,
+        "created_at": rfc3339(e.created_at),
+    })
+}
+
+fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
+    let rows = store.list_escalations(all)?;
+    if cli.json {
+        output::print_json(&rows.iter().map(summary_json).collect())?;
+        return Ok(Exit::Completed);
+    }
+    if rows.is_empty() {
+        println!("no {}escalations", if all { "" } else { "open " });
+        return Ok(Exit::Completed);
+    }
+    let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+    println!(
+        "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  SUMMARY",
+        "ID", "RUN", "KIND", "STATUS", "AGE"
+    );
+    for e in &rows {
+        println!(
+            "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  {}",
+            e.id,
+            e.run_id.as_str(),
+            e.kind.as_str(),
+            if e.open { "open" } else { "resolved" },
+            age(now, e.created_at),
+            e.summary
+        );
+    }
+    Ok(Exit::Completed)
+}
+
+fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
+    let e = store.escalation(id)?;
+    let events = store.events(&e.run_id)?;
+    let recent = &events[events.len().saturating_sub(10)..];
+    if cli.json {
+        let mut v = summary_json(&e);
+        v["step"] = json!(e.step);
+        v["detail"] = e.detail.clone();
+        v["resolution"] = serde_json::to_value(&e.resolution)?;
+        v["resolved_at"] = json!(e.resolved_at.map(rfc3339));
+        v["resolved_by"] = json!(e.resolved_by);
+        v["trace"] = recent
+            .iter()
+            .map(|ev| serde_json::to_value(&ev.event).unwrap_or(Value::Null))
+            .collect();
+        output::print_json(&v)?;
+        return Ok(Exit::Completed);
+    }
+    println!(
+        "escalation {}  {}  {}",
+        e.id,
+        e.kind,
+        if e.open { "open" } else { "resolved" }
+    );
+    println!(
+        "run {} (step {}), raised {}",
+        e.run_id,
+        e.step,
+        rfc3339(e.created_at)
+    );
+    if let Some(tool) = e.detail.get("tool").and_then(Value::as_str) {
+        println!("tool {tool}");
+    }
+    if let Some(args) = e.detail.get("args") {
+        println!("arguments {args}");
+    }
+    if let Some(q) = e.detail.get("question").and_then(Value::as_str) {
+        println!("question {q}");
+    }
+    println!();
+    print!("{}", escalate::render(&e.detail));
+    if let (Some(r), Some(by), Some(at)) = (&e.resolution, &e.resolved_by, e.resolved_at) {
+        println!("\nDecision: {} by {by} at {}", describe(r), rfc3339(at));
+    } else {
+        println!(
+            "\nDecide with: agentrun escalations resolve {} {}",
+            e.id,
+            allowed(e.kind).join(" | ")
+        );
+    }
+    if !recent.is_empty() {
+        println!("\nRecent trace:");
+        for ev in recent {
+            println!("  step {}: {}", ev.step, super::describe_event(&ev.event));
+        }
+    }
+    Ok(Exit::Completed)
+}
+
+fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit> {
+    let e = store.escalation(args.id)?;
+    if !e.open {
+        return Err(crate::store::StoreError::AlreadyResolved(e.id).into());
+    }
+    let resolution = decision(args)?;
+    check_allowed(&e, &resolution)?;
+    if let Resolution::Modify { args: new } = &resolution {
+        check_modified_args(store, &e, new)?;
+    }
+    let by = args
+        .by
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".into());
+    store.resolve_escalation(e.id, &resolution, &by)?;
+    if cli.json {
+        let mut v = summary_json(&store.escalation(e.id)?);
+        v["resolution"] = serde_json::to_value(&resolution)?;
+        output::print_json(&v)?;
+    } else {
+        println!("escalation {} resolved: {}", e.id, describe(&resolution));
+        if e.kind.pauses() {
+            println!("continue the run with: agentrun resume {}", e.run_id);
+        }
+    }
+    Ok(Exit::Completed)
+}
+
+fn decision(args: &ResolveArgs) -> anyhow::Result<Resolution> {
+    Ok(if args.approve {
+        Resolution::Approve
+    } else if let Some(reason) = &args.deny {
+        Resolution::Deny {
+            reason: reason.clone(),
+        }
+    } else if let Some(text) = &args.reply {
+        Resolution::Reply { text: text.clone() }
+    } else if let Some(json) = &args.modify {
+        let v: Value = serde_json::from_str(json)
+            .map_err(|err| BadInput(format!("--modify: not valid JSON: {err}")))?;
+        if !v.is_object() {
+            return Err(BadInput("--modify: the arguments must be a JSON object".into()).into());
+        }
+        Resolution::Modify { args: v }
+    } else {
+        return Err(BadInput("give one of --approve, --deny, --modify or --reply".into()).into());
+    })
+}
+
+fn flag(r: &Resolution) -> &'static str {
+    match r {
+        Resolution::Approve => "--approve",
+        Resolution::Deny { .. } => "--deny",
+        Resolution::Modify { .. } => "--modify",
+        Resolution::Reply { .. } => "--reply",
+    }
+}
+
+fn allowed(kind: EscalationKind) -> &'static [&'static str] {
+    match kind {
+        EscalationKind::ApprovalRequired => &["--approve", "--modify JSON", "--deny REASON"],
+        EscalationKind::Question => &["--reply TEXT", "--deny REASON"],
+        EscalationKind::OutcomeUnknown | EscalationKind::BreakerOpen | EscalationKind::Stuck => {
+            &["--approve", "--reply TEXT", "--deny REASON"]
+        }
+        EscalationKind::ToolBug | EscalationKind::AllToolsFailed => &["--reply TEXT", "--approve"],
+    }
+}
+
+fn check_allowed(e: &EscalationRow, r: &Resolution) -> anyhow::Result<()> {
+    let f = flag(r);
+    if allowed(e.kind)
+        .iter()
+        .any(|a| a.split(' ').next() == Some(f))
+    {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "escalation {} is {}: {f} does not apply; use {}",
+        e.id,
+        e.kind,
+        allowed(e.kind).join(" | ")
+    ))
+    .into())
+}
+
+/// Modified arguments must fit the tool's schema, as the run's snapshot defines it.
+fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> anyhow::Result<()> {
+    let tool = e.detail["tool"].as_str().unwrap_or_default();
+    if e.detail["requested_tool"].as_str() != Some(tool) {
+        return Err(BadInput(format!(
+            "escalation {}: --modify applies to a call the model made; {tool} was reached through a fallback — use --approve or --deny",
+            e.id
+        ))
+        .into());
+    }
+    let run = store.run(&e.run_id)?;
+    let snapshot: Snapshot = serde_json::from_str(&run.snapshot)?;
+    let cfg = crate::config::parse(
+        &snapshot.tools_toml,
+        std::path::Path::new(&snapshot.tools_path),
+    )?;
+    let def = cfg
+        .tools
+        .get(tool)
+        .ok_or_else(|| BadInput(format!("tool {tool} is not in the run's tools.toml")))?;
+    let problems = crate::tools::schema::validate(&def.input_schema, args);
+    if !problems.is_empty() {
+        return Err(BadInput(format!(
+            "--modify: the arguments do not fit {tool}'s input_schema: {}",
+            problems.join("; ")
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn describe(r: &Resolution) -> String {
+    match r {
+        Resolution::Approve => "approved".into(),
+        Resolution::Deny { reason } => format!("denied ({reason})"),
+        Resolution::Modify { args } => format!("approved with arguments {args}"),
+        Resolution::Reply { text } => format!("replied: {text}"),
+    }
+}

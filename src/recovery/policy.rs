@@ -1,0 +1,349 @@
+//! The loop's recovery policies as pure functions over [`LoopState`]: the circuit
+//! breaker, tool withdrawal, stuck detection and approval rules. No IO, so every rule
+//! is tested directly.
+
+use crate::config::{Approval, Policy, ToolDef};
+use crate::runner::state::LoopState;
+use crate::tools::outcome::{ErrorClass, ErrorKind};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// JSON with object keys sorted at every level, so `{"a":1,"b":2}` and
+/// `{"b":2,"a":1}` are the same call.
+pub fn canonical_json(v: &Value) -> String {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| {
+                    format!(
+                        "{}:{}",
+                        Value::String((*k).clone()),
+                        canonical_json(&map[*k])
+                    )
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// SHA-256 of the canonical JSON of a call's arguments, hex.
+pub fn args_digest(args: &Value) -> String {
+    let hash = Sha256::digest(canonical_json(args).as_bytes());
+    hash.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The breaker's key for a call: tool + args digest.
+pub fn call_key(tool: &str, args: &Value) -> String {
+    format!("{tool}#{}", args_digest(args))
+}
+
+/// Whether a failure counts against a tool (breaker, withdrawal). Malformed calls made
+/// no call and guard results are our own decisions: neither says the tool is failing.
+pub fn counts_as_tool_failure(kind: ErrorKind) -> bool {
+    matches!(kind.class(), ErrorClass::Transient | ErrorClass::Permanent)
+        && kind != ErrorKind::OutcomeUnknown
+}
+
+/// What a finished call changes in the state.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// The circuit for this exact call just opened.
+    pub breaker_opened: bool,
+    /// The tool was just withdrawn from the model.
+    pub withdrawn: bool,
+}
+
+/// Records a call's result in the breaker and withdrawal counters.
+pub fn record_result(
+    state: &mut LoopState,
+    policy: &Policy,
+    tool: &str,
+    args: &Value,
+    error: Option<ErrorKind>,
+) -> Verdict {
+    let mut v = Verdict::default();
+    if !error.is_some_and(counts_as_tool_failure) {
+        return v;
+    };
+    let key = call_key(tool, args);
+    let n = state.call_failures.entry(key.clone()).or_insert(0);
+    *n += 1;
+    if *n >= policy.breaker_threshold && state.open_circuits.insert(key) {
+        v.breaker_opened = true;
+    }
+    let t = state.tool_failures.entry(tool.to_string()).or_insert(0);
+    *t += 1;
+    if *t >= policy.disable_after && state.disabled.insert(tool.to_string()) {
+        v.withdrawn = true;
+    }
+    v
+}
+
+pub fn circuit_open(state: &LoopState, tool: &str, args: &Value) -> bool {
+    state.open_circuits.contains(&call_key(tool, args))
+}
+
+/// Whether a call needs a recorded human approval before it runs.
+pub fn needs_approval(def: &ToolDef, args: &Value, policy: &Policy) -> bool {
+    match def.approval {
+        Approval::Always => true,
+        Approval::Never => false,
+        Approval::Auto => {
+            let text = args.to_string().to_lowercase();
+            policy
+                .approval_patterns
+                .iter()
+                .any(|p| text.contains(p.as_str()))
+        }
+    }
+}
+
+/// Which loop pattern the stuck detector saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stuck {
+    RepeatedCall(String),
+    RepeatedError(String),
+    Oscillation(String, String),
+}
+
+impl Stuck {
+    pub fn describe(&self) -> String {
+        match self {
+            Stuck::RepeatedCall(c) => format!("the same call repeated: {}", short(c)),
+            Stuck::RepeatedError(e) => format!("the same error repeated: {e}"),
+            Stuck::Oscillation(a, b) => {
+                format!(
+                    "alternating between two calls: {} and {}",
+                    short(a),
+                    short(b)
+                )
+            }
+        }
+    }
+}
+
+fn short(sig: &str) -> &str {
+    sig.split('#').next().unwrap_or(sig)
+}
+
+/// How many recent signatures to remember (enough for A-B-A-B-A-B).
+const HISTORY: usize = 6;
+
+/// Notes a call (and its error, if any) and says whether the loop looks stuck.
+pub fn observe_call(
+    state: &mut LoopState,
+    repeats: u32,
+    tool: &str,
+    args: &Value,
+    error: Option<(ErrorKind, &str)>,
+) -> Option<Stuck> {
+    push(&mut state.recent_calls, call_key(tool, args));
+    match error {
+        Some((kind, message)) => push(
+            &mut state.recent_errors,
+            format!("{tool}: {} ({message})", kind.as_str()),
+        ),
+        // A success breaks a run of identical errors.
+        None => state.recent_errors.clear(),
+    }
+    detect(state, repeats.max(2) as usize)
+}
+
+fn push(list: &mut Vec<String>, item: String) {
+    list.push(item);
+    if list.len() > HISTORY {
+        list.remove(0);
+    }
+}
+
+fn detect(state: &LoopState, n: usize) -> Option<Stuck> {
+    let calls = &state.recent_calls;
+    if let Some(last) = same_tail(calls, n) {
+        return Some(Stuck::RepeatedCall(last));
+    }
+    if let Some(last) = same_tail(&state.recent_errors, n) {
+        return Some(Stuck::RepeatedError(last));
+    }
+    if calls.len() >= HISTORY {
+        let tail = &calls[calls.len() - HISTORY..];
+        let (a, b) = (&tail[0], &tail[1]);
+        if a != b
+            && tail
+                .iter()
+                .enumerate()
+                .all(|(i, c)| c == if i % 2 == 0 { a } else { b })
+        {
+            return Some(Stuck::Oscillation(a.clone(), b.clone()));
+        }
+    }
+    None
+}
+
+fn same_tail(list: &[String], n: usize) -> Option<String> {
+    if list.len() < n {
+        return None;
+    }
+    let tail = &list[list.len() - n..];
+    tail.iter().all(|x| x == &tail[0]).then(|| tail[0].clone())
+}
+
+/// Forget the history after a nudge, so the model gets a fair chance to change course.
+pub fn reset_stuck_history(state: &mut LoopState) {
+    state.recent_calls.clear();
+    state.recent_errors.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn digests_ignore_key_order_at_every_level() {
+        let a = json!({"a": 1, "b": {"y": [1, {"q": 2, "p": 3}], "x": "s"}});
+        let b = json!({"b": {"x": "s", "y": [1, {"p": 3, "q": 2}]}, "a": 1});
+        assert_eq!(args_digest(&a), args_digest(&b));
+        assert_ne!(args_digest(&a), args_digest(&json!({"a": 2})));
+        assert_eq!(canonical_json(&json!({"b": 2, "a": 1})), r#"{"a":1,"b":2}"#);
+    }
+
+    fn policy() -> Policy {
+        Policy::default()
+    }
+
+    #[test]
+    fn the_breaker_opens_on_the_third_identical_failure_only() {
+        let mut s = LoopState::default();
+        let args = json!({"q": "x"});
+        let fail = Some(ErrorKind::Unavailable);
+        assert!(!record_result(&mut s, &policy(), "kb", &args, fail).breaker_opened);
+        record_result(&mut s, &policy(), "kb", &json!({"q": "other"}), fail);
+        assert!(!record_result(&mut s, &policy(), "kb", &args, fail).breaker_opened);
+        assert!(!circuit_open(&s, "kb", &args));
+        assert!(record_result(&mut s, &policy(), "kb", &json!({"q": "x"}), fail).breaker_opened);
+        assert!(circuit_open(&s, "kb", &args));
+        assert!(!circuit_open(&s, "kb", &json!({"q": "other"})));
+    }
+
+    #[test]
+    fn malformed_and_guard_results_do_not_count_against_a_tool() {
+        let mut s = LoopState::default();
+        for kind in [
+            ErrorKind::SchemaViolation,
+            ErrorKind::CircuitOpen,
+            ErrorKind::ApprovalDenied,
+        ] {
+            for _ in 0..5 {
+                record_result(&mut s, &policy(), "kb", &json!({}), Some(kind));
+            }
+        }
+        assert!(s.open_circuits.is_empty() && s.disabled.is_empty());
+    }
+
+    #[test]
+    fn a_tool_is_withdrawn_after_disable_after_failures_with_any_args() {
+        let mut s = LoopState::default();
+        for i in 0..2 {
+            let v = record_result(
+                &mut s,
+                &policy(),
+                "kb",
+                &json!({"i": i}),
+                Some(ErrorKind::Timeout),
+            );
+            assert!(!v.withdrawn);
+        }
+        assert!(
+            record_result(
+                &mut s,
+                &policy(),
+                "kb",
+                &json!({"i": 9}),
+                Some(ErrorKind::NotFound)
+            )
+            .withdrawn
+        );
+    }
+
+    #[test]
+    fn detects_each_stuck_pattern() {
+        let mut s = LoopState::default();
+        let a = json!({"q": "a"});
+        assert_eq!(observe_call(&mut s, 3, "t", &a, None), None);
+        assert_eq!(observe_call(&mut s, 3, "t", &a, None), None);
+        assert!(matches!(
+            observe_call(&mut s, 3, "t", &a, None),
+            Some(Stuck::RepeatedCall(_))
+        ));
+
+        let mut s = LoopState::default();
+        for i in 0..2 {
+            let r = observe_call(
+                &mut s,
+                3,
+                "t",
+                &json!({"i": i}),
+                Some((ErrorKind::NotFound, "none")),
+            );
+            assert_eq!(r, None);
+        }
+        let r = observe_call(
+            &mut s,
+            3,
+            "t",
+            &json!({"i": 5}),
+            Some((ErrorKind::NotFound, "none")),
+        );
+        assert_eq!(r, Some(Stuck::RepeatedError("t: not_found (none)".into())));
+
+        let mut s = LoopState::default();
+        let b = json!({"q": "b"});
+        for i in 0..5 {
+            let args = if i % 2 == 0 { &a } else { &b };
+            assert_eq!(observe_call(&mut s, 3, "t", args, None), None, "call {i}");
+        }
+        assert!(matches!(
+            observe_call(&mut s, 3, "t", &b, None),
+            Some(Stuck::Oscillation(_, _))
+        ));
+    }
+
+    #[test]
+    fn a_success_breaks_a_run_of_errors() {
+        let mut s = LoopState::default();
+        observe_call(
+            &mut s,
+            3,
+            "t",
+            &json!({"i": 1}),
+            Some((ErrorKind::NotFound, "x")),
+        );
+        observe_call(
+            &mut s,
+            3,
+            "t",
+            &json!({"i": 2}),
+            Some((ErrorKind::NotFound, "x")),
+        );
+        observe_call(&mut s, 3, "u", &json!({"i": 3}), None);
+        assert_eq!(
+            observe_call(
+                &mut s,
+                3,
+                "t",
+                &json!({"i": 4}),
+                Some((ErrorKind::NotFound, "x"))
+            ),
+            None
+        );
+    }
+}

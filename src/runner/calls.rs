@@ -1,0 +1,365 @@
+//! One tool call inside a step: reuse a journaled outcome, honour a person's decision,
+//! gate approvals and open circuits, run it through the recovery layer, or pause.
+
+use super::Runner;
+use super::escalate::Handover;
+use crate::config::{OnUnknown, ToolDef};
+use crate::fault;
+use crate::model::{Message, ToolCall, ToolSpec};
+use crate::recovery::policy::{call_key, circuit_open, needs_approval};
+use crate::recovery::{self, CallOutcome, Execution, Gate};
+use crate::runner::state::LoopState;
+use crate::store::{
+    CallRecord, CallStatus, EscalationKind, EscalationRow, JournalEntry, NewEscalation, Resolution,
+    RunStatus, StoreError,
+};
+use crate::tools::CallContext;
+use crate::tools::outcome::{ErrorKind, ToolError};
+use crate::trace::EventBuffer;
+use serde_json::{Value, json};
+
+pub const ASK_USER: &str = "ask_user";
+
+/// The built-in tool the model uses to ask a person a question.
+pub fn ask_user_spec() -> ToolSpec {
+    ToolSpec {
+        name: ASK_USER.into(),
+        description: "Ask the person responsible for this task a question only they can \
+                      answer (for example, to confirm an email address or an order number). \
+                      The run pauses until they reply; the reply is this tool's result."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "One clear question."}},
+            "required": ["question"]
+        }),
+    }
+}
+
+/// How a call ended in this process.
+pub enum CallResult {
+    /// `fresh`: produced now, so it still needs journaling.
+    Done { record: CallRecord, fresh: bool },
+    /// The run pauses for a person.
+    Paused { escalation: i64, status: RunStatus },
+}
+
+/// What the call needs from the step around it.
+pub struct CallInput<'a> {
+    pub step: u32,
+    pub call: &'a ToolCall,
+    pub entry: Option<&'a JournalEntry>,
+    /// The latest decided escalation for this call, if any.
+    pub decision: Option<&'a EscalationRow>,
+    pub state: &'a LoopState,
+    pub messages: &'a [Message],
+    pub events: &'a EventBuffer,
+}
+
+impl Runner {
+    pub(super) async fn run_call(&self, c: CallInput<'_>) -> Result<CallResult, StoreError> {
+        if let Some(record) = journaled(c.entry) {
+            return Ok(CallResult::Done {
+                record,
+                fresh: false,
+            });
+        }
+        let decided = |kind| {
+            c.decision
+                .filter(|d| d.kind == kind)
+                .and_then(|d| d.resolution.as_ref())
+        };
+        if c.call.name == ASK_USER {
+            return self.ask_user(&c, decided(EscalationKind::Question));
+        }
+        let def = self.resolved.tools.tools.get(&c.call.name);
+        let interrupted = c.entry.is_some_and(|e| e.started);
+        let unknown = decided(EscalationKind::OutcomeUnknown);
+        if let (true, Some(def)) = (interrupted || unknown.is_some(), def)
+            && let Some(result) = self.after_unknown(&c, def, unknown)?
+        {
+            return Ok(result);
+        }
+        let mut args = c.call.args.clone();
+        let mut modified = None;
+        if let Some(Resolution::Modify { args: new }) = decided(EscalationKind::ApprovalRequired) {
+            args = new.clone();
+            modified = Some(new.clone());
+        }
+        if def.is_some_and(|d| !d.idempotent) {
+            self.store.mark_started(&self.lease, c.step, &c.call.id)?;
+        }
+        fault::point("after_tool_intent");
+        let exec = self.execute(&c, &args, c.decision).await;
+        fault::point("after_tool_effect");
+        match exec {
+            Execution::Done(outcome) => Ok(CallResult::Done {
+                record: record_of(c.call, outcome, modified),
+                fresh: true,
+            }),
+            Execution::Paused { tool, args } => self.pause_for_approval(&c, &tool, &args),
+        }
+    }
+
+    async fn execute(
+        &self,
+        c: &CallInput<'_>,
+        args: &Value,
+        decision: Option<&EscalationRow>,
+    ) -> Execution {
+        let ctx = CallContext {
+            run_id: self.run_id().as_str(),
+            call_id: &c.call.id,
+            clock: self.clock.as_ref(),
+            events: c.events,
+        };
+        let policy = &self.resolved.tools.policy;
+        let state = c.state;
+        let hints = &self.resolved.snapshot.prompts;
+        let gate = |def: &ToolDef, args: &Value| -> Gate {
+            if state.disabled.contains(&def.name) {
+                return Gate::Block(ToolError::new(
+                    ErrorKind::ToolDisabled,
+                    format!("{} was withdrawn after repeated failures", def.name),
+                ));
+            }
+            if circuit_open(state, &def.name, args) {
+                return Gate::Block(ToolError::new(
+                    ErrorKind::CircuitOpen,
+                    format!(
+                        "{} failed repeatedly with these arguments; the circuit is open",
+                        def.name
+                    ),
+                ));
+            }
+            if needs_approval(def, args, policy) {
+                return approval_gate(decision, &def.name, args);
+            }
+            Gate::Run
+        };
+        recovery::execute(&self.resolved.tools, hints, &c.call.name, args, &ctx, &gate).await
+    }
+
+    fn pause_for_approval(
+        &self,
+        c: &CallInput<'_>,
+        tool: &str,
+        args: &Value,
+    ) -> Result<CallResult, StoreError> {
+        let via = (tool != c.call.name).then(|| c.call.name.clone());
+        let problem = match &via {
+            Some(first) => format!(
+                "{first} failed, and its fallback {tool} needs a person's approval before it runs with {args}"
+            ),
+            None => format!("{tool} needs a person's approval before it runs with {args}"),
+        };
+        let facts = json!({
+            "call_id": c.call.id, "tool": tool, "args": args,
+            "digest": call_key(tool, args), "requested_tool": c.call.name,
+        });
+        self.pause(
+            c,
+            EscalationKind::ApprovalRequired,
+            problem,
+            facts,
+            RunStatus::AwaitingApproval,
+        )
+    }
+
+    /// Raises an escalation that blocks this call, and pauses.
+    fn pause(
+        &self,
+        c: &CallInput<'_>,
+        kind: EscalationKind,
+        problem: String,
+        facts: Value,
+        status: RunStatus,
+    ) -> Result<CallResult, StoreError> {
+        let (summary, detail) = Handover {
+            kind,
+            messages: c.messages,
+            problem,
+            facts,
+        }
+        .build();
+        let new = NewEscalation {
+            step: c.step,
+            kind,
+            summary: &summary,
+            detail: &detail,
+        };
+        let id = self
+            .store
+            .create_escalation(&self.lease, &new, Some(status), &c.events.take())?;
+        self.progress
+            .say(format!("agentrun: escalation {id} ({kind}): {summary}"));
+        Ok(CallResult::Paused {
+            escalation: id,
+            status,
+        })
+    }
+
+    fn ask_user(
+        &self,
+        c: &CallInput<'_>,
+        resolution: Option<&Resolution>,
+    ) -> Result<CallResult, StoreError> {
+        let content = match resolution {
+            Some(Resolution::Reply { text }) => Ok(json!({"answer": text})),
+            Some(Resolution::Deny { reason }) => Err(ToolError::new(
+                ErrorKind::ApprovalDenied,
+                format!("the person declined to answer: {reason}"),
+            )),
+            _ => {
+                let question = c
+                    .call
+                    .args
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no question given)");
+                let facts = json!({"call_id": c.call.id, "tool": ASK_USER, "question": question});
+                let problem = format!("the agent asks: {question}");
+                return self.pause(
+                    c,
+                    EscalationKind::Question,
+                    problem,
+                    facts,
+                    RunStatus::Escalated,
+                );
+            }
+        };
+        Ok(CallResult::Done {
+            record: self.record_from(c.call, content, 0),
+            fresh: true,
+        })
+    }
+
+    /// A call that was started but has no outcome (the process died during it).
+    /// `None` means: run it (again).
+    fn after_unknown(
+        &self,
+        c: &CallInput<'_>,
+        def: &ToolDef,
+        resolution: Option<&Resolution>,
+    ) -> Result<Option<CallResult>, StoreError> {
+        let message = format!(
+            "the run stopped while {} was running; it is unknown whether it took effect",
+            def.name
+        );
+        let content = match resolution {
+            Some(Resolution::Approve) => return Ok(None),
+            Some(Resolution::Reply { text }) => Ok(json!({"reported_by_person": text})),
+            Some(Resolution::Deny { reason }) => Err(ToolError::new(
+                ErrorKind::OutcomeUnknown,
+                format!("{message}; a person reports it did not take effect: {reason}"),
+            )),
+            Some(Resolution::Modify { .. }) | None if def.idempotent => return Ok(None),
+            _ if def.on_unknown == OnUnknown::TellModel => {
+                Err(ToolError::new(ErrorKind::OutcomeUnknown, message))
+            }
+            _ => {
+                let facts = json!({"call_id": c.call.id, "tool": def.name, "args": c.call.args});
+                let paused = self.pause(
+                    c,
+                    EscalationKind::OutcomeUnknown,
+                    message,
+                    facts,
+                    RunStatus::Escalated,
+                )?;
+                return Ok(Some(paused));
+            }
+        };
+        let mut record = self.record_from(c.call, content, 0);
+        if record.is_error {
+            record.status = CallStatus::Unknown;
+        }
+        Ok(Some(CallResult::Done {
+            record,
+            fresh: true,
+        }))
+    }
+
+    fn record_from(
+        &self,
+        call: &ToolCall,
+        content: Result<Value, ToolError>,
+        attempts: u32,
+    ) -> CallRecord {
+        let hints = &self.resolved.snapshot.prompts;
+        let (result, is_error) = match content {
+            Ok(v) => (v, false),
+            Err(e) => (e.to_model_json(attempts, hints.hint(e.kind)), true),
+        };
+        CallRecord {
+            call_id: call.id.clone(),
+            status: if is_error {
+                CallStatus::Error
+            } else {
+                CallStatus::Ok
+            },
+            attempts,
+            result,
+            is_error,
+            via: None,
+        }
+    }
+}
+
+/// Approval for exactly this tool and these arguments (their digest), for this call.
+fn approval_gate(decision: Option<&EscalationRow>, tool: &str, args: &Value) -> Gate {
+    let Some(d) = decision.filter(|d| d.kind == EscalationKind::ApprovalRequired) else {
+        return Gate::Pause;
+    };
+    let digest = call_key(tool, args);
+    match d.resolution.as_ref() {
+        Some(Resolution::Approve) if d.detail["digest"] == digest => Gate::Run,
+        // Modified arguments are approved as given by the person.
+        Some(Resolution::Modify { args: approved }) if call_key(tool, approved) == digest => {
+            Gate::Run
+        }
+        Some(Resolution::Deny { reason }) if d.detail["tool"] == tool => {
+            Gate::Block(ToolError::new(
+                ErrorKind::ApprovalDenied,
+                format!("a person declined {tool}: {reason}"),
+            ))
+        }
+        _ => Gate::Pause,
+    }
+}
+
+fn journaled(entry: Option<&JournalEntry>) -> Option<CallRecord> {
+    let e = entry?;
+    let result = e.result.clone()?;
+    matches!(
+        e.status,
+        CallStatus::Ok | CallStatus::Error | CallStatus::Unknown
+    )
+    .then(|| CallRecord {
+        call_id: e.call_id.clone(),
+        status: e.status,
+        attempts: e.attempts,
+        result,
+        is_error: e.is_error,
+        via: e.via.clone(),
+    })
+}
+
+fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>) -> CallRecord {
+    // A person changed the arguments: the model must know what actually ran.
+    let result = match (modified, o.is_error) {
+        (Some(args), false) => json!({"result": o.content, "args_modified_by_person": args}),
+        _ => o.content,
+    };
+    CallRecord {
+        call_id: call.id.clone(),
+        status: if o.is_error {
+            CallStatus::Error
+        } else {
+            CallStatus::Ok
+        },
+        attempts: o.attempts,
+        result,
+        is_error: o.is_error,
+        via: o.via,
+    }
+}
