@@ -213,10 +213,9 @@ fn token_budget_stops_before_the_next_step() {
 }
 
 #[test]
-fn the_model_is_told_its_remaining_budget() {
-    // The system prompt the scripted model receives is not stored, so check through a
-    // tool that cannot see it... instead, check the note through the unit test of
-    // `budget_note` and here that a run with budget 1 stops after one step.
+fn a_budget_of_one_step_stops_after_one_step() {
+    // What the model is told about its budget is checked on the wire in
+    // tests/providers_e2e.rs (the scripted model's requests are not observable).
     let p = looping_project(3, json!({"input": 1, "output": 1}));
     p.task("max_steps = 1", "Loop.");
     p.run(&["start", "task.md"]).expect_code(4);

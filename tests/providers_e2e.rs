@@ -216,6 +216,15 @@ fn an_openai_run_calls_a_tool_and_completes_with_the_recorded_answer() {
 
     let bodies = api.bodies(OPENAI_PATH);
     assert_eq!(bodies.len(), 2);
+    // Each request tells the model its remaining budget, in the system message.
+    for (i, b) in bodies.iter().enumerate() {
+        let system = b["messages"][0]["content"].as_str().unwrap();
+        assert_eq!(b["messages"][0]["role"], "system");
+        assert!(
+            system.contains(&format!("Budget: this is step {} of 5", i + 1)),
+            "{system}"
+        );
+    }
     let messages = bodies[1]["messages"].as_array().unwrap();
     let n = messages.len();
     assert_eq!(

@@ -773,8 +773,6 @@ fn the_demo_outage_falls_back_to_the_stale_cache() {
 }
 
 #[test]
-#[ignore = "bug: runs show prints `before attempt {attempt + 1}` but Backoff.attempt already \
-            is the attempt the wait precedes (src/cli/runs.rs describe_event)"]
 fn the_human_trace_numbers_each_wait_by_the_attempt_it_precedes() {
     let p = exit_code_project(&[75, 0], "");
     let (_, show) = p.start(&[]);

@@ -164,7 +164,7 @@ pub fn describe_event(e: &TraceEvent) -> String {
             ..
         } => format!(
             "{tool}: waiting {delay_ms} ms before attempt {}{}",
-            attempt + 1,
+            attempt,
             if *retry_after { " (Retry-After)" } else { "" }
         ),
         TraceEvent::Fallback { from, to, .. } => format!("fallback: {from} -> {to}"),

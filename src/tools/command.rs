@@ -213,7 +213,12 @@ fn classify(tool: &str, status: ExitStatus, out: &Captured, err: &Captured) -> A
         return Err(reported);
     }
     let kind = match status.code() {
-        Some(0) => return Ok(parsed.unwrap_or(Value::String(text))),
+        // `echo` ends text with a newline the model does not need to see.
+        Some(0) => {
+            return Ok(
+                parsed.unwrap_or_else(|| Value::String(text.trim_end_matches('\n').to_string()))
+            );
+        }
         Some(code) => exit_kind(code),
         None => ErrorKind::ToolBug,
     };

@@ -16,10 +16,10 @@ async fn json_on_stdout_is_the_result_and_args_arrive_on_stdin() {
 }
 
 #[tokio::test]
-async fn text_on_stdout_is_a_string() {
+async fn text_on_stdout_is_a_string_without_the_final_newline() {
     let h = Harness::new();
     let def = h.command_tool("say", &["sh", "-c", "echo 'thirty days'"]);
-    assert_eq!(h.attempt(&def, json!({})).await, Ok(json!("thirty days\n")));
+    assert_eq!(h.attempt(&def, json!({})).await, Ok(json!("thirty days")));
 }
 
 #[tokio::test]
@@ -151,7 +151,7 @@ fn wait_until_gone(pid: i32) -> bool {
 async fn background_leftovers_do_not_hold_the_attempt_open() {
     let h = Harness::new();
     let def = h.script_tool("daemon", "sleep 30 & echo $! > leftover.pid; echo done");
-    assert_eq!(h.attempt(&def, json!({})).await, Ok(json!("done\n")));
+    assert_eq!(h.attempt(&def, json!({})).await, Ok(json!("done")));
     let pid: i32 = h
         .read("leftover.pid")
         .expect("pid file")
