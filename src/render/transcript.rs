@@ -373,9 +373,8 @@ pub fn describe_event(e: &TraceEvent) -> String {
             retry_after,
             ..
         } => format!(
-            "{tool}: waiting {} before attempt {}{}",
+            "{tool}: waiting {} before attempt {attempt}{}",
             millis(*delay_ms),
-            attempt + 1,
             if *retry_after {
                 " (the server's Retry-After)"
             } else {

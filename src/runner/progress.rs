@@ -265,8 +265,9 @@ impl Live {
                 ..
             } => self.wait(*delay_ms, |st| {
                 let max = st.tool.as_ref().map_or(0, |t| t.2);
-                st.tool = Some((tool.clone(), attempt + 1, max));
-                st.doing = format!("{tool} attempt {}{}", attempt + 1, of(max));
+                // `attempt` is the one the wait comes before.
+                st.tool = Some((tool.clone(), *attempt, max));
+                st.doing = format!("{tool} attempt {attempt}{}", of(max));
             }),
             TraceEvent::ModelRetry {
                 model, delay_ms, ..
