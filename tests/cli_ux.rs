@@ -131,15 +131,20 @@ fn runs_list_is_an_aligned_table_that_handles_wide_text() {
 }
 
 #[test]
-fn runs_list_on_an_empty_database_says_how_to_start() {
+fn runs_list_with_no_runs_yet_says_how_to_start() {
     let p = Project::new();
-    let list = expect(p.run(&["runs", "list"]), 0);
+    // The default database (none given) that does not exist yet: a new user.
+    let mut cmd = p.command(&["runs", "list"]);
+    cmd.env_remove("AGENTRUN_DB");
+    let list = expect(Run::from_output(cmd.output().expect("spawn")), 0);
     assert_eq!(list.stdout, "", "{list}");
     assert_eq!(
         list.stderr,
         "no runs yet — start one with `agentrun start TASK.md`\n"
     );
-    let json = expect(p.run(&["runs", "list", "--json"]), 0);
+    let mut cmd = p.command(&["runs", "list", "--json"]);
+    cmd.env_remove("AGENTRUN_DB");
+    let json = expect(Run::from_output(cmd.output().expect("spawn")), 0);
     assert_eq!(json.json(), json!([]));
 }
 
@@ -147,7 +152,7 @@ fn runs_list_on_an_empty_database_says_how_to_start() {
 /// everything the terminal showed; `None` when `script` is not installed.
 fn in_terminal(p: &Project, args: &str) -> Option<String> {
     let bin = common::bin();
-    let cmdline = format!("{} {args}", bin.display());
+    let cmdline = format!("'{}' {args}", bin.display());
     let out = std::process::Command::new("script")
         .args(["-qfec", &cmdline, "/dev/null"])
         .current_dir(p.path())

@@ -39,11 +39,12 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
     match cmd {
         RunsCmd::List { status } => {
             let status = parse_status(status.as_deref())?;
-            // No database yet is not an error for a listing: there are no runs.
-            let runs = if db.exists() {
-                open_store(&db, false)?.list_runs(status)?
-            } else {
+            // The default database not existing yet just means no runs yet; a missing
+            // file named by --db / AGENTRUN_DB is more likely a typo, and says so.
+            let runs = if cli.db.is_none() && !db.exists() {
                 Vec::new()
+            } else {
+                open_store(&db, false)?.list_runs(status)?
             };
             print_list(cli, &runs, status)
         }
