@@ -11,6 +11,7 @@ pub mod fault;
 pub mod model;
 pub mod prompts;
 pub mod recovery;
+pub mod render;
 pub mod runner;
 pub mod store;
 pub mod task;

@@ -1,7 +1,9 @@
 //! The command line: argument definitions (their doc comments are the `--help` text),
 //! dispatch, and the one place that maps outcomes and errors to exit codes.
 
+mod completions;
 mod escalations;
+mod init;
 mod output;
 mod runs;
 
@@ -98,6 +100,9 @@ pub enum Command {
     /// Check tool definitions.
     #[command(subcommand)]
     Tools(tools::ToolsCmd),
+    Init(init::InitArgs),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
 }
 
 pub const DEFAULT_DB: &str = ".agentrun/agentrun.db";
@@ -121,5 +126,8 @@ pub fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Runs(cmd) => runs::run(&cli, cmd),
         Command::Escalations(cmd) => escalations::run(&cli, cmd),
         Command::Tools(cmd) => tools::run(&cli, cmd),
+        Command::Init(args) => init::run(&cli, args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(_) => completions::man(),
     }
 }

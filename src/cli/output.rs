@@ -26,40 +26,10 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
     })
 }
 
+/// The run's final line(s) for stderr, without elapsed time (see
+/// [`crate::render::summary::final_line`], which live progress uses with it).
 pub fn outcome_line(o: &RunOutcome) -> String {
-    let mut line = format!(
-        "agentrun: run {} {} after {} step{} ({} tokens in, {} out)",
-        o.run_id,
-        o.status,
-        o.steps,
-        if o.steps == 1 { "" } else { "s" },
-        o.input_tokens,
-        o.output_tokens
-    );
-    if let Some(reason) = &o.reason {
-        line.push_str(&format!(": {reason}"));
-    }
-    match o.status {
-        crate::store::RunStatus::Completed => {}
-        crate::store::RunStatus::BudgetExhausted => line.push_str(&format!(
-            "\nagentrun: raise the budget with `agentrun resume {} --max-steps N --max-tokens N`",
-            o.run_id
-        )),
-        crate::store::RunStatus::Escalated | crate::store::RunStatus::AwaitingApproval => {
-            if let Some(e) = o.escalation_id {
-                line.push_str(&format!(
-                    "\nagentrun: a person decides: `agentrun escalations show {e}`, then \
-                     `agentrun escalations resolve {e} ...` and `agentrun resume {}`",
-                    o.run_id
-                ));
-            }
-        }
-        _ => line.push_str(&format!(
-            "\nagentrun: continue with `agentrun resume {}`",
-            o.run_id
-        )),
-    }
-    line
+    crate::render::summary::final_line(o, None, crate::render::Style::PLAIN)
 }
 
 /// One element of `runs list --json`.
@@ -83,9 +53,9 @@ pub fn run_detail_json(
     events: &[StoredEvent],
 ) -> Value {
     let mut v = run_summary_json(r);
-    let obj = v
-        .as_object_mut()
-        .expect("run_summary_json builds an object");
+    let Some(obj) = v.as_object_mut() else {
+        return v;
+    };
     obj.insert("task_path".into(), json!(r.task_path));
     obj.insert("answer".into(), json!(r.answer));
     obj.insert("error".into(), json!(r.error));

@@ -118,7 +118,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     let row = store.run(&id)?;
     if row.status == RunStatus::Completed {
         let outcome = stored_outcome(&store, &id)?;
-        return report(cli, &outcome);
+        return report(cli, &outcome, true);
     }
     if let Some(open) = waiting_on(&store, &id)? {
         let mut outcome = stored_outcome(&store, &id)?;
@@ -133,7 +133,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
                 open.id, open.kind, open.summary, open.id, open.id
             );
         }
-        return report(cli, &outcome).map(|_| Exit::NeedsHuman);
+        return report(cli, &outcome, true).map(|_| Exit::NeedsHuman);
     }
     let snapshot: Snapshot = serde_json::from_str(&row.snapshot)
         .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
@@ -198,15 +198,14 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
             )?;
             let mut o = stored_outcome(store, &lease.run)?;
             o.status = RunStatus::Interrupted;
-            runner.progress.say(format!(
-                "agentrun: interrupted; continue with `agentrun resume {}`",
-                lease.run
-            ));
+            o.reason = Some("interrupted by a signal".into());
             o
         }
     };
     store.release(&lease)?;
-    report(cli, &outcome)
+    // The live display prints the final line itself (with the elapsed time).
+    runner.progress.finished(&outcome);
+    report(cli, &outcome, false)
 }
 
 /// Keeps the lease fresh during long model or tool calls.
@@ -267,7 +266,9 @@ fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
     })
 }
 
-fn report(cli: &Cli, o: &RunOutcome) -> anyhow::Result<Exit> {
+/// Prints the outcome: the answer (or the JSON object) on stdout, and — unless a live
+/// display already did — the final line on stderr.
+fn report(cli: &Cli, o: &RunOutcome, final_line: bool) -> anyhow::Result<Exit> {
     if cli.json {
         output::print_json(&output::outcome_json(o))?;
     } else {
@@ -278,7 +279,7 @@ fn report(cli: &Cli, o: &RunOutcome) -> anyhow::Result<Exit> {
         {
             println!("{answer}");
         }
-        if !cli.quiet {
+        if final_line && !cli.quiet {
             eprintln!("{}", output::outcome_line(o));
         }
     }

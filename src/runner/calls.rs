@@ -90,6 +90,8 @@ impl Runner {
             self.store.mark_started(&self.lease, c.step, &c.call.id)?;
         }
         fault::point("after_tool_intent");
+        self.progress
+            .call_started(&c.call.name, def.map_or(1, |d| d.retry.attempts));
         let exec = self.execute(&c, &args, c.decision).await;
         fault::point("after_tool_effect");
         match exec {

@@ -177,7 +177,8 @@ impl Runner {
                 }
                 CallResult::Done { record, fresh } => (record, fresh),
             };
-            self.progress.say(describe_call(step, call, &record));
+            self.progress
+                .call_finished(describe_call(step, call, &record));
             new_messages.push(Message::tool_result(
                 &call.id,
                 record.result.clone(),
@@ -526,16 +527,19 @@ impl Runner {
             tools: &tools,
             max_output_tokens: self.resolved.snapshot.max_output_tokens,
         };
-        self.progress.say(format!(
-            "agentrun: step {}/{}: asking {}",
-            lp.state.steps + 1,
-            self.max_steps,
-            self.resolved
-                .models
-                .first()
-                .map(|m| m.name())
-                .unwrap_or_default()
-        ));
+        let model = self
+            .resolved
+            .models
+            .first()
+            .map(|m| m.name())
+            .unwrap_or_default();
+        self.progress.step_started(&progress::StepStart {
+            step: lp.state.steps + 1,
+            max_steps: self.max_steps,
+            tokens: lp.state.tokens_used(),
+            max_tokens: self.max_tokens,
+            model: &model,
+        });
         model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events).await
     }
 

@@ -1,44 +1,351 @@
 //! What a live run tells the person watching it, on stderr. stdout stays for the
 //! answer or the `--json` object.
+//!
+//! On a terminal a status line (indicatif) shows the step, tokens against the budget,
+//! the tool being called with its attempt, and a countdown while a retry waits; the
+//! lines above it are the run's history. Elsewhere (pipes, CI logs, `TERM=dumb`) the
+//! same facts come as plain `agentrun: …` lines, one per event.
+//!
+//! The status line is shown only while something is in flight: a plain `say` is a
+//! complete statement, so it clears the line. That keeps the last line clean for
+//! whatever the command prints after the run.
 
+use crate::render::Style;
+use crate::render::summary::final_line;
+use crate::render::transcript::describe_event;
+use crate::runner::RunOutcome;
 use crate::trace::TraceEvent;
-use std::io::Write;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// `--quiet` or `--json`: nothing on stderr but errors.
     Quiet,
-    /// One plain line per event.
+    /// For a person: a live status line when stderr is a terminal, plain lines
+    /// otherwise.
     Lines,
+    /// Plain lines even on a terminal.
+    Plain,
+}
+
+/// A step about to ask the model (for [`Progress::step_started`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepStart<'a> {
+    pub step: u32,
+    pub max_steps: u32,
+    /// Tokens used so far (input + output), and the budget.
+    pub tokens: u64,
+    pub max_tokens: u64,
+    pub model: &'a str,
 }
 
 pub struct Progress {
-    mode: Mode,
+    out: Out,
+    started: Instant,
+}
+
+enum Out {
+    Quiet,
+    Plain,
+    Live(Live),
 }
 
 impl Progress {
     pub fn new(mode: Mode) -> Progress {
-        Progress { mode }
+        let out = match mode {
+            Mode::Quiet => Out::Quiet,
+            Mode::Plain => Out::Plain,
+            Mode::Lines if live_terminal() => Out::Live(Live::new()),
+            Mode::Lines => Out::Plain,
+        };
+        Progress {
+            out,
+            started: Instant::now(),
+        }
     }
 
     /// A line for the person watching.
     pub fn say(&self, line: impl AsRef<str>) {
-        if self.mode == Mode::Lines {
-            // A closed stderr must not kill the run.
-            let _ = writeln!(std::io::stderr(), "{}", line.as_ref());
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain => print_line(line.as_ref()),
+            Out::Live(live) => {
+                live.println(line.as_ref());
+                live.clear();
+            }
         }
     }
 
-    /// A trace event as it happens (attempts, backoff waits, fallback hops).
-    pub fn event(&self, e: &TraceEvent) {
-        match e {
-            TraceEvent::Backoff { .. }
-            | TraceEvent::Fallback { .. }
-            | TraceEvent::ModelRetry { .. }
-            | TraceEvent::ModelFallback { .. } => {
-                self.say(format!("agentrun:   {}", crate::cli::describe_event(e)))
-            }
-            _ => {}
+    /// The loop is about to ask the model for step `s.step`.
+    pub fn step_started(&self, s: &StepStart<'_>) {
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain => print_line(&format!(
+                "agentrun: step {}/{}: asking {} ({}/{} tokens used)",
+                s.step, s.max_steps, s.model, s.tokens, s.max_tokens
+            )),
+            Out::Live(live) => live.update(|st| {
+                st.step = Some(format!(
+                    "step {}/{} · {}/{} tokens",
+                    s.step, s.max_steps, s.tokens, s.max_tokens
+                ));
+                st.doing = format!("asking {}", s.model);
+            }),
         }
+    }
+
+    /// A tool call is about to run (it may take up to `max_attempts` attempts).
+    pub fn call_started(&self, tool: &str, max_attempts: u32) {
+        if let Out::Live(live) = &self.out {
+            live.update(|st| {
+                st.tool = Some((tool.to_string(), 1, max_attempts));
+                st.doing = format!("{tool} attempt 1/{max_attempts}");
+            });
+        }
+    }
+
+    /// A tool call finished; `line` says how (kept in the history above the status).
+    pub fn call_finished(&self, line: impl AsRef<str>) {
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain => print_line(line.as_ref()),
+            Out::Live(live) => {
+                live.println(line.as_ref());
+                live.update(|st| {
+                    st.tool = None;
+                    st.doing.clear();
+                });
+            }
+        }
+    }
+
+    /// A trace event as it happens (attempts, backoff waits, fallback hops, notes).
+    pub fn event(&self, e: &TraceEvent) {
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain if worth_a_line(e) => {
+                print_line(&format!("agentrun:   {}", describe_event(e)))
+            }
+            Out::Plain => {}
+            Out::Live(live) => live.event(e),
+        }
+    }
+
+    /// The run stopped: clear the status line and print the final one (status, steps,
+    /// tokens, elapsed time).
+    pub fn finished(&self, o: &RunOutcome) {
+        let elapsed = self.started.elapsed();
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain => print_line(&final_line(o, Some(elapsed), Style::PLAIN)),
+            Out::Live(live) => {
+                live.clear();
+                print_line(&final_line(o, Some(elapsed), live.style));
+            }
+        }
+    }
+}
+
+/// Attempts that succeed are not news; waits, hops and notes are.
+fn worth_a_line(e: &TraceEvent) -> bool {
+    !matches!(e, TraceEvent::ToolAttempt { error: None, .. })
+}
+
+fn live_terminal() -> bool {
+    std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
+}
+
+fn print_line(line: &str) {
+    // A closed stderr must not kill the run.
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// What the status line says; rebuilt on every change.
+#[derive(Debug, Default)]
+struct LiveState {
+    step: Option<String>,
+    /// The tool in flight: name, attempt, max attempts.
+    tool: Option<(String, u32, u32)>,
+    doing: String,
+}
+
+impl LiveState {
+    fn message(&self) -> String {
+        let parts: Vec<&str> = [self.step.as_deref(), Some(self.doing.as_str())]
+            .into_iter()
+            .flatten()
+            .filter(|s| !s.is_empty())
+            .collect();
+        parts.join(" · ")
+    }
+}
+
+struct Live {
+    bar: Mutex<Option<ProgressBar>>,
+    state: Mutex<LiveState>,
+    /// When the current retry wait ends; read by the spinner's `{wait}` key on every
+    /// tick, which is how the countdown moves without us redrawing.
+    wait_until: Arc<Mutex<Option<Instant>>>,
+    style: Style,
+}
+
+impl Live {
+    fn new() -> Live {
+        Live {
+            bar: Mutex::new(None),
+            state: Mutex::default(),
+            wait_until: Arc::default(),
+            style: Style::for_stderr(),
+        }
+    }
+
+    fn println(&self, line: &str) {
+        let line = self.paint(line);
+        match &*lock(&self.bar) {
+            Some(bar) => bar.println(line),
+            None => print_line(&line),
+        }
+    }
+
+    /// The `agentrun:` prefix dimmed, so the eye finds what happened.
+    fn paint(&self, line: &str) -> String {
+        match line.strip_prefix("agentrun:") {
+            Some(rest) => format!("{}{rest}", self.style.dim("agentrun:")),
+            None => line.to_string(),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut LiveState)) {
+        let msg = {
+            let mut st = lock(&self.state);
+            f(&mut st);
+            st.message()
+        };
+        let mut bar = lock(&self.bar);
+        bar.get_or_insert_with(|| self.new_bar()).set_message(msg);
+    }
+
+    fn clear(&self) {
+        if let Some(bar) = lock(&self.bar).take() {
+            bar.finish_and_clear();
+        }
+        *lock(&self.wait_until) = None;
+    }
+
+    fn new_bar(&self) -> ProgressBar {
+        let wait = self.wait_until.clone();
+        let style = ProgressStyle::with_template("{spinner:.cyan} {msg}{wait} {elapsed:.dim}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner())
+            .with_key(
+                "wait",
+                move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    if let Some(left) = remaining(*lock(&wait)) {
+                        let _ = write!(w, " in {:.1}s", left.as_secs_f64());
+                    }
+                },
+            );
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(style);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    }
+
+    fn event(&self, e: &TraceEvent) {
+        if worth_a_line(e) {
+            self.println(&format!("agentrun:   {}", describe_event(e)));
+        }
+        match e {
+            TraceEvent::Backoff {
+                tool,
+                attempt,
+                delay_ms,
+                ..
+            } => self.wait(*delay_ms, |st| {
+                let max = st.tool.as_ref().map_or(0, |t| t.2);
+                // `attempt` is the one the wait comes before.
+                st.tool = Some((tool.clone(), *attempt, max));
+                st.doing = format!("{tool} attempt {attempt}{}", of(max));
+            }),
+            TraceEvent::ModelRetry {
+                model, delay_ms, ..
+            } => self.wait(*delay_ms, |st| {
+                st.doing = format!("asking {model} again");
+            }),
+            TraceEvent::Fallback { to, .. } => self.update(|st| {
+                st.tool = Some((to.clone(), 1, 0));
+                st.doing = format!("falling back to {to}");
+            }),
+            TraceEvent::ModelFallback { to, .. } => self.update(|st| {
+                st.doing = format!("asking {to} (fallback model)");
+            }),
+            TraceEvent::ToolAttempt { .. } | TraceEvent::Note { .. } => {}
+        }
+    }
+
+    fn wait(&self, delay_ms: u64, f: impl FnOnce(&mut LiveState)) {
+        *lock(&self.wait_until) = Some(Instant::now() + Duration::from_millis(delay_ms));
+        self.update(f);
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // Never leave a half-drawn status line behind.
+        self.clear();
+    }
+}
+
+fn of(max: u32) -> String {
+    if max == 0 {
+        String::new()
+    } else {
+        format!("/{max}")
+    }
+}
+
+fn remaining(until: Option<Instant>) -> Option<Duration> {
+    until
+        .map(|t| t.saturating_duration_since(Instant::now()))
+        .filter(|d| !d.is_zero())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not silence progress: the data is display-only.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_line_joins_step_and_current_action() {
+        let st = LiveState {
+            step: Some("step 2/10 · 930/20000 tokens".into()),
+            tool: None,
+            doing: "search_kb attempt 2/3".into(),
+        };
+        assert_eq!(
+            st.message(),
+            "step 2/10 · 930/20000 tokens · search_kb attempt 2/3"
+        );
+        assert_eq!(LiveState::default().message(), "");
+    }
+
+    #[test]
+    fn successful_attempts_are_not_worth_a_plain_line() {
+        let ok = TraceEvent::ToolAttempt {
+            call_id: "c".into(),
+            tool: "t".into(),
+            attempt: 1,
+            elapsed_ms: 3,
+            error: None,
+            class: None,
+            message: None,
+        };
+        assert!(!worth_a_line(&ok));
     }
 }

@@ -28,6 +28,11 @@ impl Run {
         }
     }
 
+    /// A run from a `Command` the test built itself.
+    pub fn from_output(out: Output) -> Run {
+        Run::from(out)
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{self}"))

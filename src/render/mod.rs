@@ -1,0 +1,13 @@
+//! How agentrun looks to a person: colour (only on a terminal), the `runs list`
+//! table, the `runs show` transcript, and text folding.
+//!
+//! Everything here returns strings; the command layer decides where they go, so the
+//! renderers are tested without a terminal.
+
+pub mod style;
+pub mod summary;
+pub mod table;
+pub mod text;
+pub mod transcript;
+
+pub use style::Style;

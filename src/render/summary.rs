@@ -1,0 +1,63 @@
+//! The line that ends a run on stderr: how it ended, what it cost, and what to do next.
+
+use super::Style;
+use crate::runner::RunOutcome;
+use crate::store::RunStatus;
+use std::time::Duration;
+
+/// `agentrun: run 3f9a… completed after 3 steps (1630 tokens in, 102 out) in 2.1s`,
+/// plus a second line saying how to continue when the run is not done.
+pub fn final_line(o: &RunOutcome, elapsed: Option<Duration>, s: Style) -> String {
+    let mut line = format!(
+        "agentrun: run {} {} after {} step{} ({} tokens in, {} out)",
+        o.run_id,
+        s.bold(&s.status(o.status)),
+        o.steps,
+        if o.steps == 1 { "" } else { "s" },
+        o.input_tokens,
+        o.output_tokens
+    );
+    if let Some(d) = elapsed {
+        line.push_str(&format!(" in {}", seconds(d)));
+    }
+    if let Some(reason) = &o.reason {
+        line.push_str(&format!(": {reason}"));
+    }
+    if let Some(next) = next_step(o) {
+        line.push_str(&format!("\nagentrun: {next}"));
+    }
+    line
+}
+
+/// What the person can do about a run that stopped short.
+fn next_step(o: &RunOutcome) -> Option<String> {
+    let id = &o.run_id;
+    let see = match o.escalation_id {
+        Some(esc) => format!("`agentrun escalations show {esc}`"),
+        None => "`agentrun escalations list`".to_string(),
+    };
+    match o.status {
+        RunStatus::Completed => None,
+        RunStatus::BudgetExhausted => Some(format!(
+            "raise the budget with `agentrun resume {id} --max-steps N --max-tokens N` (new totals)"
+        )),
+        RunStatus::AwaitingApproval | RunStatus::Escalated => Some(format!(
+            "a person is needed: see {see}, resolve it, then `agentrun resume {id}`"
+        )),
+        RunStatus::Failed => Some(format!(
+            "see what happened with `agentrun runs show {id}`; continue with `agentrun resume {id}`"
+        )),
+        RunStatus::Interrupted | RunStatus::Running => {
+            Some(format!("continue with `agentrun resume {id}`"))
+        }
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
