@@ -370,7 +370,8 @@ fn a_fallback_model_takes_over_when_the_first_is_refused() {
     run.expect_code(0);
     assert_eq!(run.stdout.trim(), "YES", "{run}");
     assert!(
-        run.stderr.contains("model fallback: anthropic:claude-sonnet-4-5 failed")
+        run.stderr
+            .contains("model fallback: anthropic:claude-sonnet-4-5 failed")
             && run.stderr.contains("trying openai:gpt-4o-mini"),
         "{run}"
     );
