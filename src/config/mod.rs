@@ -58,7 +58,12 @@ pub fn load(path: &Path) -> Result<(ToolsConfig, String), ConfigErrors> {
         ConfigErrors(vec![ConfigError {
             file: path.to_path_buf(),
             tool: None,
-            message: format!("cannot read: {e}"),
+            message: match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    "no such file; `agentrun init` writes a starter, or pass --tools PATH".into()
+                }
+                _ => format!("cannot read: {e}"),
+            },
         }])
     })?;
     let cfg = parse(&text, path)?;

@@ -492,9 +492,8 @@ fn load_returns_the_config_and_the_raw_text() {
 fn load_reports_a_missing_file() {
     let errs = load(Path::new("/nonexistent/tools.toml")).unwrap_err();
     assert_eq!(errs.0.len(), 1);
-    assert!(
-        errs.0[0]
-            .to_string()
-            .starts_with("/nonexistent/tools.toml: cannot read: ")
+    assert_eq!(
+        errs.0[0].to_string(),
+        "/nonexistent/tools.toml: no such file; `agentrun init` writes a starter, or pass --tools PATH"
     );
 }

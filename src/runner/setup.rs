@@ -130,9 +130,17 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
     if let Some(subset) = &snapshot.tool_subset {
         for name in subset {
             if !tools.tools.contains_key(name) {
+                let defined: Vec<&str> = tools.tools.keys().map(String::as_str).collect();
                 return Err(SetupError::Input {
                     path: snapshot.tools_path.clone(),
-                    message: format!("the task asks for tool `{name}`, which is not defined here"),
+                    message: format!(
+                        "the task's front matter `tools` names `{name}`, which is not defined here (defined: {})",
+                        if defined.is_empty() {
+                            "none".to_string()
+                        } else {
+                            defined.join(", ")
+                        }
+                    ),
                 });
             }
         }
