@@ -276,12 +276,29 @@ impl Store {
 
     /// The tool-call journal of a run, in call order.
     pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, 0..=u32::MAX)
+    }
+
+    /// The journal rows of one step, which is all the loop needs on each step.
+    ///
+    /// Reading the whole journal there made step N read, sort and parse N rows: over a
+    /// 3,000-step run a step went from 2.0 to 5.8 ms (issue 8, docs/bench.md). The
+    /// primary key (run_id, step, call_id) makes this a range lookup.
+    pub fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, step..=step)
+    }
+
+    fn journal_rows(
+        &self,
+        run: &RunId,
+        steps: std::ops::RangeInclusive<u32>,
+    ) -> Result<Vec<JournalEntry>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
-             FROM tool_calls WHERE run_id = ?1 ORDER BY step, idx",
+             FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx",
         )?;
-        let rows = stmt.query_map([&run.0], |r| {
+        let rows = stmt.query_map(params![run.0, steps.start(), steps.end()], |r| {
             Ok((
                 (
                     r.get::<_, u32>(0)?,
