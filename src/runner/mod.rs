@@ -143,9 +143,8 @@ impl Runner {
         }
         let journal: HashMap<String, JournalEntry> = self
             .store
-            .journal(self.run_id())?
+            .journal_for_step(self.run_id(), step)?
             .into_iter()
-            .filter(|e| e.step == step)
             .map(|e| (e.call_id.clone(), e))
             .collect();
         let mut new_messages = vec![assistant];
