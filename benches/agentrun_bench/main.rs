@@ -74,6 +74,9 @@ struct Row {
     wall_ms: f64,
     /// Median gap between consecutive tool calls: one whole in-process step.
     step_ms: f64,
+    /// Its 10th percentile: what a step costs when the machine's other load leaves it
+    /// alone.
+    step_p10_ms: f64,
     /// The tool's own cost (spawn, or HTTP round trip), measured outside agentrun.
     tool_ms: f64,
     cpu_per_step_ms: f64,
@@ -92,7 +95,12 @@ struct Bench {
     plan: Plan,
     bin: PathBuf,
     work: tempfile::TempDir,
+    server: Arc<http::Server>,
+    /// Repeated measurements (ms) taken between scenarios, so that each reference
+    /// sees the same mix of machine load as the runs it is compared with.
     floors: Vec<f64>,
+    spawns: Vec<f64>,
+    round_trips: Vec<f64>,
 }
 
 fn main() -> ExitCode {
@@ -119,7 +127,10 @@ fn main() -> ExitCode {
         plan: Plan::new(quick),
         bin,
         work,
+        server: Arc::new(http::Server::start()),
         floors: Vec::new(),
+        spawns: Vec::new(),
+        round_trips: Vec::new(),
     };
     let report = bench.run();
     println!("{report}");
@@ -136,9 +147,13 @@ impl Bench {
         self.work.path()
     }
 
-    fn measure_floor(&mut self) {
-        self.floors
-            .push(ms(sqlite::floor(self.work.path(), 200)));
+    /// One more measurement of each reference: the floor, the tool's spawn, the HTTP
+    /// round trip.
+    fn measure_references(&mut self) {
+        self.floors.push(ms(sqlite::floor(self.work.path(), 200)));
+        let stamps = self.root().join("spawn-stamps");
+        self.spawns.push(ms(tool::spawn_cost(&stamps, 100)));
+        self.round_trips.push(ms(self.server.round_trip(200)));
     }
 
     fn floor(&self) -> f64 {
@@ -151,29 +166,19 @@ impl Bench {
 
     fn run(&mut self) -> String {
         let load_before = loadavg();
-        self.measure_floor();
-        let spawn_ms = ms(tool::spawn_cost(&self.root().join("spawn-stamps"), 200));
-        let server = Arc::new(http::Server::start());
-        let rtt_ms = ms(server.round_trip(500));
-        eprintln!(
-            "bench: floor {} ms, tool spawn {} ms, HTTP round trip {} ms",
-            num(self.floor()),
-            num(spawn_ms),
-            num(rtt_ms)
-        );
+        self.measure_references();
 
         let command = self.project("command", Tool::Command { idempotent: true });
         let sizes = self.plan.sizes.clone();
-        let (mut rows, big) = self.step_rows(&command, "command", spawn_ms, &sizes);
+        let (mut rows, big) = self.step_rows(&command, "command", &sizes);
         let not_idem = self.project("command-ni", Tool::Command { idempotent: false });
         let (ni_rows, _) = self.step_rows(
             &not_idem,
             "command, not idempotent",
-            spawn_ms,
             &[self.plan.not_idempotent],
         );
-        let http = self.project("http", Tool::Http(server.clone()));
-        let (http_rows, _) = self.step_rows(&http, "HTTP", rtt_ms, &sizes);
+        let http = self.project("http", Tool::Http(self.server.clone()));
+        let (http_rows, _) = self.step_rows(&http, "HTTP", &sizes);
         rows.extend(ni_rows);
         rows.extend(http_rows);
 
@@ -182,8 +187,12 @@ impl Bench {
         let (resume_ms, show_ms) = self.resume(&command, &big.0, &big.1);
         let fsyncs = self.fsyncs(&command);
         let (version_ms, list_ms) = self.cold_start(&command);
-        self.measure_floor();
+        self.measure_references();
         let load_after = loadavg();
+        let (spawn_ms, rtt_ms) = (median(&self.spawns), median(&self.round_trips));
+        for r in &mut rows {
+            r.tool_ms = if r.tool == "HTTP" { rtt_ms } else { spawn_ms };
+        }
 
         let mut out = String::new();
         out.push_str(&format!(
@@ -196,19 +205,24 @@ impl Bench {
         ));
         out.push_str(&format!(
             "- **Floor**: one 400-byte SQLite insert + commit (WAL, synchronous=FULL): \
-             **{} ms** (median of {} measurements of 200 commits, spread {}–{} ms)\n",
+             **{} ms** (median of {} measurements of 200 commits each, {})\n",
             num(self.floor()),
             self.floors.len(),
-            num(self.floors.iter().copied().fold(f64::INFINITY, f64::min)),
-            num(self.floors.iter().copied().fold(0.0, f64::max)),
+            spread(&self.floors),
         ));
         out.push_str(&format!(
-            "- **Tool spawn** (the helper, spawned outside agentrun, median of 200): {} ms\n",
-            num(spawn_ms)
+            "- **Tool spawn** (the helper, spawned outside agentrun; median of {} medians of 100): \
+             {} ms ({})\n",
+            self.spawns.len(),
+            num(spawn_ms),
+            spread(&self.spawns),
         ));
         out.push_str(&format!(
-            "- **HTTP round trip** (keep-alive GET to the loopback server, median of 500): {} ms\n\n",
-            num(rtt_ms)
+            "- **HTTP round trip** (keep-alive GET to the loopback server; median of {} medians \
+             of 200): {} ms ({})\n\n",
+            self.round_trips.len(),
+            num(rtt_ms),
+            spread(&self.round_trips),
         ));
 
         out.push_str("### Per step\n\n");
@@ -218,7 +232,8 @@ impl Bench {
             "runs",
             "whole run (ms)",
             "whole run / step (ms)",
-            "step in-run (ms)",
+            "step in-run, median (ms)",
+            "p10 (ms)",
             "minus tool (ms)",
             "× floor",
             "CPU / step (ms)",
@@ -233,6 +248,7 @@ impl Bench {
                 num(r.wall_ms),
                 num(r.wall_ms / r.steps as f64),
                 num(r.step_ms),
+                num(r.step_p10_ms),
                 num(r.overhead_ms()),
                 num(r.overhead_ms() / self.floor()),
                 num(r.cpu_per_step_ms),
@@ -348,14 +364,13 @@ impl Bench {
         &mut self,
         project: &Project,
         label: &str,
-        tool_ms: f64,
         sizes: &[(u32, usize)],
     ) -> (Vec<Row>, (PathBuf, String)) {
         let mut rows = Vec::new();
         let mut kept = (PathBuf::new(), String::new());
         let big = self.plan.big();
         for &(n, reps) in sizes {
-            self.measure_floor();
+            self.measure_references();
             let mut runs: Vec<StepRun> = Vec::new();
             for rep in 0..reps {
                 let db = project.db(&format!("n{n}-{rep}.db"));
@@ -372,7 +387,7 @@ impl Bench {
                 }
                 runs.push(run);
             }
-            rows.push(row(label, n, tool_ms, &runs));
+            rows.push(row(label, n, &runs));
         }
         (rows, kept)
     }
@@ -492,7 +507,7 @@ impl Bench {
     }
 }
 
-fn row(label: &str, n: u32, tool_ms: f64, runs: &[StepRun]) -> Row {
+fn row(label: &str, n: u32, runs: &[StepRun]) -> Row {
     let per_run = |f: &dyn Fn(&StepRun) -> f64| -> f64 {
         median(&runs.iter().map(f).collect::<Vec<_>>())
     };
@@ -506,7 +521,9 @@ fn row(label: &str, n: u32, tool_ms: f64, runs: &[StepRun]) -> Row {
         reps: runs.len(),
         wall_ms: per_run(&|r| ms(r.measured.wall)),
         step_ms: per_run(&|r| median(&report::intervals_ms(&r.intervals))),
-        tool_ms,
+        step_p10_ms: per_run(&|r| report::quantile(&report::intervals_ms(&r.intervals), 0.1)),
+        // Filled in at the end, from every measurement of the tool's own cost.
+        tool_ms: f64::NAN,
         cpu_per_step_ms: per_run(&|r| ms(r.measured.cpu)) / n as f64,
         max_rss_mib: runs
             .iter()
@@ -515,6 +532,13 @@ fn row(label: &str, n: u32, tool_ms: f64, runs: &[StepRun]) -> Row {
         first_tenth_ms: median(&tenths.iter().map(|t| t.0).collect::<Vec<_>>()),
         last_tenth_ms: median(&tenths.iter().map(|t| t.1).collect::<Vec<_>>()),
     }
+}
+
+/// "min–max ms" of repeated measurements: how noisy the machine was.
+fn spread(values: &[f64]) -> String {
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(0.0, f64::max);
+    format!("range {}–{} ms", num(min), num(max))
 }
 
 fn remove_db(db: &Path) {

@@ -16,6 +16,16 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The `q` quantile (0..=1), nearest rank.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
 pub fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len() as f64
 }
