@@ -268,7 +268,11 @@ impl Bench {
         let n = big_n as f64;
         t.row(vec![
             format!("database bytes / step ({big_n}-step run, after wal_checkpoint(TRUNCATE))"),
-            format!("{} ({} bytes file)", num(storage.file_bytes as f64 / n), storage.file_bytes),
+            format!(
+                "{} ({} bytes file)",
+                num(storage.file_bytes as f64 / n),
+                storage.file_bytes
+            ),
         ]);
         t.row(vec![
             "  of which JSON text / step: messages, tool_calls, events".into(),
@@ -474,7 +478,10 @@ impl Bench {
         let small = count(10)?;
         let large = count(self.plan.strace_steps)?;
         let per_step = (large as f64 - small as f64) / (self.plan.strace_steps - 10) as f64;
-        eprintln!("bench: fsyncs {small} at 10 steps, {large} at {}", self.plan.strace_steps);
+        eprintln!(
+            "bench: fsyncs {small} at 10 steps, {large} at {}",
+            self.plan.strace_steps
+        );
         Some(per_step)
     }
 
@@ -497,8 +504,11 @@ impl Bench {
         }
         let lists: Vec<f64> = (0..self.plan.reps)
             .map(|_| {
-                let m = procs::run(&mut project.agentrun(&db, &["runs", "list"]), Stdout::Discard)
-                    .expect_code(0, "runs list");
+                let m = procs::run(
+                    &mut project.agentrun(&db, &["runs", "list"]),
+                    Stdout::Discard,
+                )
+                .expect_code(0, "runs list");
                 ms(m.wall)
             })
             .collect();
@@ -508,9 +518,8 @@ impl Bench {
 }
 
 fn row(label: &str, n: u32, runs: &[StepRun]) -> Row {
-    let per_run = |f: &dyn Fn(&StepRun) -> f64| -> f64 {
-        median(&runs.iter().map(f).collect::<Vec<_>>())
-    };
+    let per_run =
+        |f: &dyn Fn(&StepRun) -> f64| -> f64 { median(&runs.iter().map(f).collect::<Vec<_>>()) };
     let tenths: Vec<(f64, f64)> = runs
         .iter()
         .map(|r| report::tenths(&report::intervals_ms(&r.intervals)))

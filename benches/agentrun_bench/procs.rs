@@ -48,6 +48,8 @@ pub enum Stdout {
 }
 
 /// Runs `cmd` to completion (stdin closed) and measures it.
+// The child is reaped by `wait4` (see the module doc), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 pub fn run(cmd: &mut Command, stdout: Stdout) -> Measured {
     // Files, not pipes: nothing needs draining while the child runs, so the parent
     // does no work that could compete with the child for the machine's two cores.

@@ -12,8 +12,8 @@
 
 use super::procs::monotonic_ns;
 use std::io::{Read, Write};
-use std::path::Path;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
