@@ -66,14 +66,21 @@ impl Project {
 
     /// A script of `calls` tool-call turns (arguments differ per turn, so no stuck or
     /// repeat detector ever fires) and a final answer. Written once per size.
+    ///
+    /// Written as text, not built as a `serde_json::Value`: 10,000 turns as a value
+    /// tree take tens of MB, and the bench's own peak RSS must stay small because a
+    /// child inherits it into its `ru_maxrss` (see `procs`).
     pub fn script(&self, calls: u32) -> PathBuf {
         let path = self.dir.join(format!("script-{calls}.json"));
         if !path.exists() {
-            let mut turns: Vec<_> = (0..calls)
-                .map(|i| json!({"tool_calls": [{"name": "t", "args": {"i": i}}]}))
-                .collect();
-            turns.push(json!({"text": "done"}));
-            std::fs::write(&path, json!({ "turns": turns }).to_string()).expect("write script");
+            let mut text = String::from("{\"turns\": [\n");
+            for i in 0..calls {
+                text.push_str(&format!(
+                    "{{\"tool_calls\": [{{\"name\": \"t\", \"args\": {{\"i\": {i}}}}}]}},\n"
+                ));
+            }
+            text.push_str("{\"text\": \"done\"}\n]}\n");
+            std::fs::write(&path, text).expect("write script");
         }
         path
     }

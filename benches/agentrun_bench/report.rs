@@ -35,13 +35,13 @@ pub fn intervals_ms(ns: &[u64]) -> Vec<f64> {
     ns.iter().map(|&n| n as f64 / 1e6).collect()
 }
 
-/// Mean step time of the first and last tenth of a run's steps (ms).
-pub fn tenths(intervals: &[f64]) -> (f64, f64) {
+/// Step times (ms) of the first and last tenth of a run's steps: (first, last), each
+/// as (median, mean).
+pub fn tenths(intervals: &[f64]) -> ((f64, f64), (f64, f64)) {
     let tenth = (intervals.len() / 10).max(1);
-    (
-        mean(&intervals[..tenth]),
-        mean(&intervals[intervals.len() - tenth..]),
-    )
+    let first = &intervals[..tenth];
+    let last = &intervals[intervals.len() - tenth..];
+    ((median(first), mean(first)), (median(last), mean(last)))
 }
 
 /// A number with a sensible count of digits for a table cell.
