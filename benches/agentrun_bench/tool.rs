@@ -1,0 +1,94 @@
+//! The command tool the benchmark gives agentrun: this very executable, started with
+//! [`TOOL_ARG`]. It appends a CLOCK_MONOTONIC timestamp to a file, reads its arguments
+//! from stdin and prints `1`.
+//!
+//! Why a compiled helper and not `sh -c 'cat; echo 1'`: the tool's own start-up is
+//! paid on every step and would drown agentrun's overhead; a static Rust binary that
+//! does nothing starts in about a millisecond, and [`spawn_cost`] measures exactly that
+//! so it can be subtracted. Why timestamps: the gap between two consecutive calls is
+//! one whole step inside a single agentrun process (model turn, journal writes,
+//! commit, tool spawn) with no process start-up in it, so per-step time and its growth
+//! over a 10,000-step run can be read without instrumenting agentrun.
+
+use super::procs::monotonic_ns;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// argv[1] that turns the bench executable into the tool.
+pub const TOOL_ARG: &str = "__agentrun_bench_tool";
+
+/// The tool's `main`: `TOOL_ARG STAMP_FILE`.
+pub fn main(args: &[String]) -> ExitCode {
+    let now = monotonic_ns();
+    if let Some(path) = args.first() {
+        // O_APPEND: each call adds one line, whatever else happened to the file.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(format!("{now}\n").as_bytes()));
+        if appended.is_err() {
+            return ExitCode::from(70);
+        }
+    }
+    let mut input = Vec::new();
+    if std::io::stdin().read_to_end(&mut input).is_err() {
+        return ExitCode::from(70);
+    }
+    println!("1");
+    ExitCode::SUCCESS
+}
+
+/// argv of the tool for tools.toml.
+pub fn argv(stamps: &Path) -> Vec<String> {
+    vec![
+        std::env::current_exe()
+            .expect("path of the bench executable")
+            .display()
+            .to_string(),
+        TOOL_ARG.to_string(),
+        stamps.display().to_string(),
+    ]
+}
+
+/// The timestamps the tool wrote, in call order.
+pub fn read_stamps(path: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| l.parse().expect("tool stamp is a number"))
+        .collect()
+}
+
+/// Median time to spawn the tool the way agentrun does (own process group, piped
+/// stdin/stdout/stderr), hand it its arguments and wait for it.
+pub fn spawn_cost(stamps: &Path, reps: usize) -> Duration {
+    let argv = argv(stamps);
+    let mut times: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let start = Instant::now();
+            let mut child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .process_group(0)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn the tool helper");
+            child
+                .stdin
+                .take()
+                .expect("piped stdin")
+                .write_all(br#"{"i":1}"#)
+                .expect("write tool input");
+            let out = child.wait_with_output().expect("wait for the tool helper");
+            assert!(out.status.success(), "tool helper failed: {out:?}");
+            start.elapsed()
+        })
+        .collect();
+    let _ = std::fs::remove_file(stamps);
+    times.sort();
+    times[times.len() / 2]
+}
