@@ -274,7 +274,7 @@ fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> anyhow
         .into());
     }
     let run = store.run(&e.run_id)?;
-    let snapshot: Snapshot = serde_json::from_str(&run.snapshot)?;
+    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(&run.id)?)?;
     let cfg = crate::config::parse(
         &snapshot.tools_toml,
         std::path::Path::new(&snapshot.tools_path),

@@ -135,7 +135,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         }
         return report(cli, &outcome, true).map(|_| Exit::NeedsHuman);
     }
-    let snapshot: Snapshot = serde_json::from_str(&row.snapshot)
+    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(&id)?)
         .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;

@@ -123,10 +123,10 @@ impl Store {
         let json = serde_json::to_string(response).map_err(|e| corrupt(&lease.run, e))?;
         self.write(|tx| {
             check_lease(tx, lease)?;
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR REPLACE INTO model_turns (run_id, step, response) VALUES (?1, ?2, ?3)",
-                params![lease.run.0, step, json],
-            )?;
+            )?
+            .execute(params![lease.run.0, step, json])?;
             let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO tool_calls (run_id, call_id, step, idx, tool, args, status)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending')",
@@ -162,10 +162,10 @@ impl Store {
     pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
         self.write(|tx| {
             check_lease(tx, lease)?;
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE tool_calls SET started = 1 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
-                params![lease.run.0, step, call_id],
-            )?;
+            )?
+            .execute(params![lease.run.0, step, call_id])?;
             Ok(())
         })
     }
@@ -192,35 +192,36 @@ impl Store {
             if let Some(record) = c.outcome {
                 update_call(tx, &lease.run, c.step, record)?;
             }
-            let last: i64 = tx.query_row(
-                "SELECT last_seq FROM checkpoints WHERE run_id = ?1",
-                [&lease.run.0],
-                |r| r.get(0),
-            )?;
+            let last: i64 = tx
+                .prepare_cached("SELECT last_seq FROM checkpoints WHERE run_id = ?1")?
+                .query_row([&lease.run.0], |r| r.get(0))?;
             insert_messages(tx, &lease.run, last + 1, c.step, c.messages)?;
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE checkpoints SET step = ?2, last_seq = ?3, state = ?4 WHERE run_id = ?1",
-                params![lease.run.0, c.step, last + c.messages.len() as i64, c.state],
-            )?;
-            tx.execute(
+            )?
+            .execute(params![
+                lease.run.0,
+                c.step,
+                last + c.messages.len() as i64,
+                c.state
+            ])?;
+            tx.prepare_cached(
                 "UPDATE runs SET steps = ?2, input_tokens = ?3, output_tokens = ?4, status = ?5,
                     answer = ?6, error = ?7, updated_at = ?8 WHERE id = ?1",
-                params![
-                    lease.run.0,
-                    c.step,
-                    c.input_tokens as i64,
-                    c.output_tokens as i64,
-                    c.status.as_str(),
-                    c.answer,
-                    c.error,
-                    now_ms()
-                ],
-            )?;
+            )?
+            .execute(params![
+                lease.run.0,
+                c.step,
+                c.input_tokens as i64,
+                c.output_tokens as i64,
+                c.status.as_str(),
+                c.answer,
+                c.error,
+                now_ms()
+            ])?;
             // The response is now part of the transcript; its journal copy is spent.
-            tx.execute(
-                "DELETE FROM model_turns WHERE run_id = ?1 AND step = ?2",
-                params![lease.run.0, c.step],
-            )?;
+            tx.prepare_cached("DELETE FROM model_turns WHERE run_id = ?1 AND step = ?2")?
+                .execute(params![lease.run.0, c.step])?;
             insert_events(tx, &lease.run, c.step, c.events)?;
             let escalation = match c.escalation {
                 Some(e) => Some(super::escalations::insert(tx, &lease.run, e)?),
@@ -244,26 +245,27 @@ impl Store {
     ) -> Result<()> {
         self.write(|tx| {
             check_lease(tx, lease)?;
-            let last: i64 = tx.query_row(
-                "SELECT last_seq FROM checkpoints WHERE run_id = ?1",
-                [&lease.run.0],
-                |r| r.get(0),
-            )?;
+            let last: i64 = tx
+                .prepare_cached("SELECT last_seq FROM checkpoints WHERE run_id = ?1")?
+                .query_row([&lease.run.0], |r| r.get(0))?;
             insert_messages(tx, &lease.run, last + 1, step, messages)?;
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE checkpoints SET last_seq = ?2, state = ?3 WHERE run_id = ?1",
-                params![lease.run.0, last + messages.len() as i64, state],
-            )?;
+            )?
+            .execute(params![lease.run.0, last + messages.len() as i64, state])?;
             if let Some((status, reason)) = status {
-                tx.execute(
+                tx.prepare_cached(
                     "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
-                    params![lease.run.0, status.as_str(), reason, now_ms()],
-                )?;
+                )?
+                .execute(params![
+                    lease.run.0,
+                    status.as_str(),
+                    reason,
+                    now_ms()
+                ])?;
             }
-            tx.execute(
-                "UPDATE escalations SET applied = 1 WHERE id = ?1",
-                [escalation],
-            )?;
+            tx.prepare_cached("UPDATE escalations SET applied = 1 WHERE id = ?1")?
+                .execute([escalation])?;
             Ok(())
         })
     }
@@ -437,10 +439,11 @@ pub(super) fn insert_messages(
 }
 
 fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "UPDATE tool_calls SET status = ?3, started = 1, attempts = ?4, result = ?5, is_error = ?6, via = ?7
          WHERE run_id = ?1 AND call_id = ?2 AND step = ?8",
-        params![
+    )?
+    .execute(params![
             run.0,
             r.call_id,
             r.status.as_str(),
@@ -449,8 +452,7 @@ fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> 
             r.is_error,
             r.via,
             step
-        ],
-    )?;
+        ])?;
     Ok(())
 }
 

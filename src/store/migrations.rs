@@ -90,6 +90,17 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE escalations ADD COLUMN applied INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 3: the config snapshot (tools.toml, prompts, scripts: often tens of KB) moves out
+    // of `runs`, whose row every step rewrites; keeping it there made each write copy
+    // its overflow pages (issue 8, docs/bench.md).
+    r#"
+    CREATE TABLE run_snapshots (
+        run_id   TEXT PRIMARY KEY REFERENCES runs(id),
+        snapshot TEXT NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO run_snapshots (run_id, snapshot) SELECT id, snapshot FROM runs;
+    ALTER TABLE runs DROP COLUMN snapshot;
+    "#,
 ];
 
 pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {
@@ -114,4 +125,31 @@ pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::RunId;
+
+    #[test]
+    fn a_version_2_database_keeps_its_snapshots_after_migrating() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(MIGRATIONS[1]).unwrap();
+            conn.pragma_update(None, "user_version", 2).unwrap();
+            conn.execute(
+                "INSERT INTO runs (id, task, task_path, snapshot, status, max_steps, max_tokens,
+                    created_at, updated_at) VALUES ('r1', 't', 't.md', '{\"x\":1}', 'completed', 5, 50, 0, 0)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path, false).unwrap();
+        assert_eq!(store.snapshot(&RunId("r1".into())).unwrap(), "{\"x\":1}");
+        assert_eq!(store.run(&RunId("r1".into())).unwrap().max_tokens, 50);
+    }
 }

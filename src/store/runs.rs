@@ -71,7 +71,6 @@ pub struct RunRow {
     pub id: RunId,
     pub task: String,
     pub task_path: String,
-    pub snapshot: String,
     pub status: RunStatus,
     pub max_steps: u32,
     pub max_tokens: u64,
@@ -93,7 +92,7 @@ pub struct Lease {
     pub token: i64,
 }
 
-const RUN_COLUMNS: &str = "id, task, task_path, snapshot, status, max_steps, max_tokens, steps, \
+const RUN_COLUMNS: &str = "id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at";
 
 /// A lease whose holder has not written for this long is considered abandoned even if
@@ -108,19 +107,22 @@ impl Store {
         let pid = std::process::id() as i64;
         self.write(|tx| {
             tx.execute(
-                "INSERT INTO runs (id, task, task_path, snapshot, status, max_steps, max_tokens,
+                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
                     lease_pid, lease_token, lease_heartbeat, lease_since, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7, 1, ?8, ?8, ?8, ?8)",
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, 1, ?7, ?7, ?7, ?7)",
                 params![
                     new.id.0,
                     new.task,
                     new.task_path,
-                    new.snapshot,
                     new.max_steps,
                     new.max_tokens as i64,
                     pid,
                     now
                 ],
+            )?;
+            tx.execute(
+                "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
+                params![new.id.0, new.snapshot],
             )?;
             super::journal::insert_messages(tx, &new.id, 0, 0, new.messages)?;
             tx.execute(
@@ -222,6 +224,18 @@ impl Store {
         .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?
     }
 
+    /// The run's config snapshot JSON, as stored at start.
+    pub fn snapshot(&self, id: &RunId) -> Result<String> {
+        let conn = self.lock();
+        conn.query_row(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = ?1",
+            [&id.0],
+            |r| r.get(0),
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))
+    }
+
     /// Resolves a full id or a unique prefix of one.
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let conn = self.lock();
@@ -262,10 +276,9 @@ impl Store {
 /// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
 /// the heartbeat as a side effect (every write proves the holder is alive).
 pub(super) fn check_lease(tx: &rusqlite::Transaction<'_>, lease: &Lease) -> Result<()> {
-    let n = tx.execute(
-        "UPDATE runs SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_token = ?2",
-        params![lease.run.0, lease.token, now_ms()],
-    )?;
+    let n = tx
+        .prepare_cached("UPDATE runs SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_token = ?2")?
+        .execute(params![lease.run.0, lease.token, now_ms()])?;
     if n == 0 {
         return Err(StoreError::LeaseLost(lease.run.clone()));
     }
@@ -274,7 +287,7 @@ pub(super) fn check_lease(tx: &rusqlite::Transaction<'_>, lease: &Lease) -> Resu
 
 fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
     let id: String = r.get(0)?;
-    let status: String = r.get(4)?;
+    let status: String = r.get(3)?;
     let Some(status) = RunStatus::parse(&status) else {
         return Ok(Err(StoreError::Corrupt {
             run: id,
@@ -285,18 +298,17 @@ fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
         id: RunId(id),
         task: r.get(1)?,
         task_path: r.get(2)?,
-        snapshot: r.get(3)?,
         status,
-        max_steps: r.get(5)?,
-        max_tokens: r.get::<_, i64>(6)? as u64,
-        steps: r.get(7)?,
-        input_tokens: r.get::<_, i64>(8)? as u64,
-        output_tokens: r.get::<_, i64>(9)? as u64,
-        answer: r.get(10)?,
-        error: r.get(11)?,
-        lease_pid: r.get(12)?,
-        created_at: r.get(13)?,
-        updated_at: r.get(14)?,
+        max_steps: r.get(4)?,
+        max_tokens: r.get::<_, i64>(5)? as u64,
+        steps: r.get(6)?,
+        input_tokens: r.get::<_, i64>(7)? as u64,
+        output_tokens: r.get::<_, i64>(8)? as u64,
+        answer: r.get(9)?,
+        error: r.get(10)?,
+        lease_pid: r.get(11)?,
+        created_at: r.get(12)?,
+        updated_at: r.get(13)?,
     }))
 }
 
