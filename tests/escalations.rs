@@ -572,8 +572,19 @@ fn a_lost_outcome_is_escalated_and_a_persons_account_goes_to_the_model() {
         1,
         "never re-run"
     );
+    let show = p.show(&run);
     assert_eq!(
-        tool_results(&p.show(&run))[0],
+        tool_results(&show)[0],
         json!({"reported_by_person": "the email went out at 10:02"})
+    );
+    let noted = show["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["event"] == "note" && e["kind"] == "outcome_unknown");
+    assert!(
+        noted,
+        "the lost outcome is in the trace: {}",
+        show["events"]
     );
 }

@@ -15,7 +15,7 @@ use crate::store::{
 };
 use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::trace::EventBuffer;
+use crate::trace::{EventBuffer, EventSink, TraceEvent};
 use serde_json::{Value, json};
 
 pub const ASK_USER: &str = "ask_user";
@@ -248,6 +248,12 @@ impl Runner {
             "the run stopped while {} was running; it is unknown whether it took effect",
             def.name
         );
+        if resolution.is_none() && !def.idempotent {
+            c.events.emit(TraceEvent::Note {
+                kind: "outcome_unknown".into(),
+                message: message.clone(),
+            });
+        }
         let content = match resolution {
             Some(Resolution::Approve) => return Ok(None),
             Some(Resolution::Reply { text }) => Ok(json!({"reported_by_person": text})),
