@@ -468,11 +468,12 @@ fn ask_user_pauses_and_the_reply_becomes_the_result() {
     );
 }
 
-#[test]
-fn a_fallback_that_needs_approval_pauses_instead_of_running() {
-    let tools = "[tools.primary]\ndescription = \"p\"\ninput_schema = { type = \"object\", properties = { q = { type = \"string\" } } }\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; exit 69\"]\nattempts = 1\nfallback = [{ tool = \"risky\" }]\n[tools.risky]\ndescription = \"r\"\ninput_schema = { type = \"object\", properties = { q = { type = \"string\" } } }\ncommand = [\"sh\", \"tool.sh\"]\napproval = \"always\"\n";
+const GATED_FALLBACK: &str = "[tools.primary]\ndescription = \"p\"\ninput_schema = { type = \"object\", properties = { q = { type = \"string\" } } }\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo ran >> primary.log; exit 69\"]\nattempts = 1\nfallback = [{ tool = \"risky\" }]\n[tools.risky]\ndescription = \"r\"\ninput_schema = { type = \"object\", properties = { q = { type = \"string\" } } }\ncommand = [\"sh\", \"tool.sh\"]\napproval = \"always\"\n";
+
+/// A run paused before its gated fallback `risky`: (project, run id, escalation id).
+fn paused_at_a_gated_fallback() -> (Project, String, String) {
     let p = project(
-        tools,
+        GATED_FALLBACK,
         json!([call("primary", json!({"q": "x"})), text("done")]),
     );
     let (r, v) = start(&p);
@@ -486,18 +487,49 @@ fn a_fallback_that_needs_approval_pauses_instead_of_running() {
         ),
         (Some("risky"), Some("primary"))
     );
-    p.run(&[
-        "escalations",
-        "resolve",
-        e["id"].as_str().unwrap(),
-        "--approve",
-    ])
-    .expect_code(0);
-    let run = v["run_id"].as_str().unwrap();
-    p.run(&["resume", run]).expect_code(0);
+    let run = v["run_id"].as_str().unwrap().to_string();
+    (p, run, e["id"].as_str().unwrap().to_string())
+}
+
+fn primary_runs(p: &Project) -> usize {
+    std::fs::read_to_string(p.path().join("primary.log"))
+        .unwrap()
+        .lines()
+        .count()
+}
+
+#[test]
+fn a_fallback_that_needs_approval_pauses_and_runs_once_approved() {
+    let (p, run, esc) = paused_at_a_gated_fallback();
+    p.run(&["escalations", "resolve", &esc, "--approve"])
+        .expect_code(0);
+    p.run(&["resume", &run]).expect_code(0);
     assert_eq!(invocations(&p).len(), 1);
-    let result = &tool_results(&p.show(run))[0];
-    assert_eq!(result["via"], "risky");
+    assert_eq!(primary_runs(&p), 1, "the failed primary is not tried again");
+    let result = &tool_results(&p.show(&run))[0];
+    assert_eq!(
+        (result["via"].as_str(), result["stale"].as_bool()),
+        (Some("risky"), Some(false))
+    );
+}
+
+#[test]
+fn a_denied_fallback_never_runs_and_the_primary_is_not_retried() {
+    let (p, run, esc) = paused_at_a_gated_fallback();
+    p.run(&["escalations", "resolve", &esc, "--deny", "too risky today"])
+        .expect_code(0);
+    p.run(&["resume", &run]).expect_code(0);
+    assert!(invocations(&p).is_empty());
+    assert_eq!(primary_runs(&p), 1);
+    let result = &tool_results(&p.show(&run))[0];
+    assert_eq!(result["error"], "approval_denied");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("too risky today"),
+        "{result}"
+    );
 }
 
 #[test]

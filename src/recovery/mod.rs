@@ -90,6 +90,31 @@ pub async fn execute(
     }
 }
 
+/// Runs a fallback hop a person approved after the chain paused before it. The tools
+/// before it already failed in the earlier process, so they are not tried again.
+pub async fn execute_approved_hop(
+    cfg: &ToolsConfig,
+    prompts: &Prompts,
+    hop: &str,
+    args: &Value,
+    ctx: &CallContext<'_>,
+) -> CallOutcome {
+    let Some(def) = cfg.tools.get(hop) else {
+        let err = ToolError::new(ErrorKind::UnknownTool, format!("no tool named `{hop}`"));
+        return failed(&err, 0, prompts);
+    };
+    if let Err(err) = check_args(def, args) {
+        return failed(&err, 0, prompts);
+    }
+    match retry::call_with_retry(def, args, ctx).await {
+        (Ok(value), attempts) => {
+            let content = serde_json::json!({"result": value, "via": def.name, "stale": def.stale});
+            succeeded(content, attempts, Some(def.name.clone()))
+        }
+        (Err(err), attempts) => failed(&err, attempts, prompts),
+    }
+}
+
 /// `schema_violation` with every validation error, when `args` do not fit `def`.
 pub(crate) fn check_args(def: &ToolDef, args: &Value) -> Result<(), ToolError> {
     let errors = schema::validate(&def.input_schema, args);

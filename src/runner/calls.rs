@@ -92,6 +92,10 @@ impl Runner {
         fault::point("after_tool_intent");
         self.progress
             .call_started(&c.call.name, def.map_or(1, |d| d.retry.attempts));
+        if let Some(result) = self.decided_hop(&c).await {
+            fault::point("after_tool_effect");
+            return Ok(result);
+        }
         let exec = self.execute(&c, &args, c.decision).await;
         fault::point("after_tool_effect");
         match exec {
@@ -101,6 +105,58 @@ impl Runner {
             }),
             Execution::Paused { tool, args } => self.pause_for_approval(&c, &tool, &args),
         }
+    }
+
+    /// A person decided on a fallback hop this call paused at: run that hop (approved)
+    /// or report the denial, without re-running the tools that failed before it.
+    async fn decided_hop(&self, c: &CallInput<'_>) -> Option<CallResult> {
+        let d = c
+            .decision
+            .filter(|d| d.kind == EscalationKind::ApprovalRequired)?;
+        let hop = d.detail["tool"].as_str()?;
+        if hop == c.call.name {
+            return None;
+        }
+        let outcome = match d.resolution.as_ref()? {
+            Resolution::Approve => {
+                let ctx = CallContext {
+                    run_id: self.run_id().as_str(),
+                    call_id: &c.call.id,
+                    clock: self.clock.as_ref(),
+                    events: c.events,
+                };
+                let hints = &self.resolved.snapshot.prompts;
+                recovery::execute_approved_hop(
+                    &self.resolved.tools,
+                    hints,
+                    hop,
+                    &d.detail["args"],
+                    &ctx,
+                )
+                .await
+            }
+            Resolution::Deny { reason } => {
+                let err = ToolError::new(
+                    ErrorKind::ApprovalDenied,
+                    format!(
+                        "{} failed, and a person declined its fallback {hop}: {reason}",
+                        c.call.name
+                    ),
+                );
+                CallOutcome {
+                    content: err.to_model_json(0, self.resolved.snapshot.prompts.hint(err.kind)),
+                    is_error: true,
+                    error: Some(err.kind),
+                    attempts: 0,
+                    via: None,
+                }
+            }
+            _ => return None,
+        };
+        Some(CallResult::Done {
+            record: record_of(c.call, outcome, None),
+            fresh: true,
+        })
     }
 
     async fn execute(
