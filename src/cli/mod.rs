@@ -72,7 +72,7 @@ pub struct BadInput(pub String);
 ///   agentrun runs list
 ///   agentrun runs show RUN_ID
 #[derive(Debug, Parser)]
-#[command(name = "agentrun", version, max_term_width = 100)]
+#[command(name = "agentrun", version, max_term_width = 100, verbatim_doc_comment)]
 pub struct Cli {
     /// SQLite database holding all runs [default: .agentrun/agentrun.db]
     #[arg(long, global = true, env = "AGENTRUN_DB", value_name = "PATH")]
