@@ -242,3 +242,32 @@ fn bad_flags_are_usage_errors() {
     p.run(&["frobnicate"]).expect_code(2);
     let _ = json!(null);
 }
+
+#[test]
+fn tools_check_reports_every_problem_with_the_file_and_the_tool() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[tools.a]\ndescription = \"a\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\ntimeout = \"soon\"\nfallback = [{ tool = \"ghost\" }]\n\n[tools.b]\ninput_schema = { type = \"object\" }\nhttp = { url = \"http://{host}/x\" }\n",
+    );
+    let r = p.run(&["tools", "check"]);
+    r.expect_code(2);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert!(lines.len() >= 5, "{r}");
+    for want in [
+        "tools.toml: tool `a`: timeout: bad duration \"soon\"",
+        "tools.toml: tool `a`: fallback[0].tool: unknown tool `ghost`",
+        "tools.toml: tool `b`: description: missing",
+        "tools.toml: tool `b`: http.url: placeholder `{host}` is in the host",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(want)),
+            "`{want}` missing:\n{r}"
+        );
+    }
+    assert!(lines.last().unwrap().contains("problem(s) found"), "{r}");
+    p.write("tools.toml", GOOD_TOOLS);
+    let ok = p.run(&["tools", "check"]);
+    ok.expect_code(0);
+    assert!(ok.stdout.starts_with("tools.toml: ok, 1 tool(s)"), "{ok}");
+}
