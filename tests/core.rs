@@ -223,21 +223,9 @@ fn a_budget_of_one_step_stops_after_one_step() {
 
 #[test]
 fn two_concurrent_resumes_only_one_proceeds() {
-    let p = Project::new();
-    // Blocks while `hold` exists, so the winner is still running when the loser tries.
-    p.script(
-        "slow.sh",
-        "#!/bin/sh\ncat > /dev/null\nif [ -f die ]; then rm -f die; kill -9 \"$PPID\"; exit 0; fi\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
-    );
-    p.write(
-        "tools.toml",
-        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n",
-    );
-    p.model_script(json!([{"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
-    p.task("", "Be slow.");
-    p.write("die", "");
-    p.run(&["start", "task.md"]);
-    let id = p.only_run();
+    // The tool blocks while `hold` exists, so the winner is still running when the
+    // loser tries.
+    let (p, id) = common::blocked_run();
     p.write("hold", "");
     let a = p
         .command(&["resume", &id, "--json"])

@@ -184,28 +184,9 @@ fn a_heartbeat_keeps_a_lease_alive() {
     ));
 }
 
-/// A run whose holder died in a tool that blocks while `hold` exists.
-fn blocked_run() -> (Project, String) {
-    let p = Project::new();
-    p.script(
-        "slow.sh",
-        "#!/bin/sh\ncat > /dev/null\nif [ -f die ]; then rm -f die; kill -9 \"$PPID\"; exit 0; fi\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
-    );
-    p.write(
-        "tools.toml",
-        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n",
-    );
-    p.model_script(json!([{"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
-    p.task("", "Be slow.");
-    p.write("die", "");
-    assert_eq!(p.run(&["start", "task.md"]).code, -1, "killed by its tool");
-    let id = p.only_run();
-    (p, id)
-}
-
 #[test]
 fn of_four_racing_resumes_exactly_one_proceeds() {
-    let (p, id) = blocked_run();
+    let (p, id) = common::blocked_run();
     p.write("hold", "");
     let children: Vec<_> = (0..4)
         .map(|_| {

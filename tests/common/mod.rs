@@ -267,3 +267,23 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .build()
         .expect("tokio runtime")
 }
+
+/// A run whose holder was killed (by its own tool) in step 1. Resumed, the tool blocks
+/// while a `hold` file exists, so a test can keep a resumer busy for as long as it needs.
+pub fn blocked_run() -> (Project, String) {
+    let p = Project::new();
+    p.script(
+        "slow.sh",
+        "#!/bin/sh\ncat > /dev/null\nif [ -f die ]; then rm -f die; kill -9 \"$PPID\"; exit 0; fi\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
+    );
+    p.write(
+        "tools.toml",
+        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n",
+    );
+    p.model_script(serde_json::json!([{"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
+    p.task("", "Be slow.");
+    p.write("die", "");
+    assert_eq!(p.run(&["start", "task.md"]).code, -1, "killed by its tool");
+    let id = p.only_run();
+    (p, id)
+}
