@@ -86,7 +86,7 @@ impl Runner {
             args = new.clone();
             modified = Some(new.clone());
         }
-        if def.is_some_and(|d| !d.idempotent) {
+        if self.must_not_repeat(c.call) {
             self.store.mark_started(&self.lease, c.step, &c.call.id)?;
         }
         fault::point("after_tool_intent");

@@ -197,6 +197,8 @@ impl Runner {
         self.finish_step(lp, next, new_messages, plan, last_fresh.as_ref(), &events)
     }
 
+    /// A call whose effect must not happen twice: marked started before it runs, and
+    /// its outcome journaled as soon as it is known.
     fn must_not_repeat(&self, call: &ToolCall) -> bool {
         let def = self.resolved.tools.tools.get(&call.name);
         def.is_some_and(|d| !d.idempotent)
