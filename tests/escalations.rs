@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Project, Run};
+use common::{Project, Run, notes, tool_results};
 use serde_json::{Value, json};
 
 /// A tool that logs each invocation (one line with its stdin) and exits with `$1`.
@@ -52,17 +52,6 @@ fn escalation(p: &Project, id: &Value) -> Value {
     p.run(&["escalations", "show", id, "--json"])
         .expect_code(0)
         .json()
-}
-
-fn tool_results(show: &Value) -> Vec<Value> {
-    show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|p| p["type"] == "tool_result")
-        .map(|p| p["content"].clone())
-        .collect()
 }
 
 const POLICY: &str = "[policy]\nbreaker_threshold = 3\ndisable_after = 10\nstuck_repeats = 3\n";
@@ -180,20 +169,10 @@ fn repeated_identical_calls_are_nudged_then_escalated() {
     let (r, v) = start(&p);
     r.expect_code(3);
     let show = p.show(v["run_id"].as_str().unwrap());
-    let nudges: Vec<&Value> = show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "system" && m["step"].as_u64() > Some(0))
-        .collect();
+    let nudges = notes(&show);
     assert_eq!(nudges.len(), 1, "one nudge before the escalation");
-    assert_eq!(nudges[0]["step"], 3);
-    assert!(
-        nudges[0]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("the same call repeated")
-    );
+    assert_eq!(nudges[0].0, 3);
+    assert!(nudges[0].1.contains("the same call repeated"), "{nudges:?}");
     let e = escalation(&p, &v["escalation_id"]);
     assert_eq!(e["kind"], "stuck");
     assert_eq!(v["steps"], 6);
@@ -213,19 +192,10 @@ fn alternating_calls_are_detected_as_oscillation() {
     let (r, v) = start(&p);
     r.expect_code(0);
     let show = p.show(v["run_id"].as_str().unwrap());
-    let nudge = show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "system" && m["step"].as_u64() > Some(0))
-        .expect("a nudge");
-    assert_eq!(nudge["step"], 6);
-    assert!(
-        nudge["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("alternating between two calls")
-    );
+    let notes = notes(&show);
+    let (nudge_step, nudge) = notes.first().expect("a nudge");
+    assert_eq!(*nudge_step, 6);
+    assert!(nudge.contains("alternating between two calls"), "{nudge}");
 }
 
 #[test]
@@ -243,19 +213,9 @@ fn the_same_error_with_different_arguments_is_nudged() {
     let (r, v) = start(&p);
     r.expect_code(0);
     let show = p.show(v["run_id"].as_str().unwrap());
-    let nudge = show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "system" && m["step"].as_u64() > Some(0))
-        .expect("a nudge");
-    assert!(
-        nudge["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("the same error repeated"),
-        "{nudge}"
-    );
+    let notes = notes(&show);
+    let (_, nudge) = notes.first().expect("a nudge");
+    assert!(nudge.contains("the same error repeated"), "{nudge}");
 }
 
 #[test]
@@ -272,13 +232,7 @@ fn when_every_tool_is_withdrawn_the_answer_is_degraded_and_disclosed() {
     assert_eq!(v["status"], "completed");
     assert!(v["reason"].as_str().unwrap().starts_with("degraded"), "{v}");
     let show = p.show(v["run_id"].as_str().unwrap());
-    let system: Vec<String> = show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "system" && m["step"].as_u64() > Some(0))
-        .map(|m| m["content"][0]["text"].as_str().unwrap().to_string())
-        .collect();
+    let system: Vec<String> = notes(&show).into_iter().map(|(_, text)| text).collect();
     assert!(
         system[0].contains("`kb` failed 2 times and has been withdrawn"),
         "{system:?}"

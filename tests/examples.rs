@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::{notes, tool_results};
 use serde_json::{Value, json};
 use std::process::Command;
 
@@ -46,17 +47,6 @@ impl Example {
     }
 }
 
-fn results(show: &Value) -> Vec<Value> {
-    show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap().clone())
-        .filter(|p| p["type"] == "tool_result")
-        .map(|p| p["content"].clone())
-        .collect()
-}
-
 #[test]
 fn transient_failure_recovers_and_the_model_sees_only_the_success() {
     let ex = Example::new();
@@ -64,7 +54,7 @@ fn transient_failure_recovers_and_the_model_sees_only_the_success() {
     assert_eq!(code, 0, "{v}");
     let show = ex.show(&v);
     assert_eq!(show["tool_calls"][0]["attempts"], 3);
-    assert_eq!(results(&show)[0]["payment"], "captured");
+    assert_eq!(tool_results(&show)[0]["payment"], "captured");
     let backoffs = show["events"]
         .as_array()
         .unwrap()
@@ -80,7 +70,7 @@ fn outage_falls_back_to_the_cache_and_discloses_it() {
     let (code, v) = ex.start("outage");
     assert_eq!(code, 0, "{v}");
     let show = ex.show(&v);
-    let r = &results(&show)[0];
+    let r = &tool_results(&show)[0];
     assert_eq!(
         (r["via"].as_str(), r["stale"].as_bool()),
         (Some("kb_cache"), Some(true))
@@ -94,7 +84,7 @@ fn permission_denied_is_tried_once_and_handed_over() {
     let (code, v) = ex.start("permission");
     assert_eq!(code, 0, "{v}");
     let show = ex.show(&v);
-    assert_eq!(results(&show)[0]["error"], "permission_denied");
+    assert_eq!(tool_results(&show)[0]["error"], "permission_denied");
     assert_eq!(show["tool_calls"][0]["attempts"], 1);
     assert!(v["answer"].as_str().unwrap().contains("support team"));
 }
@@ -104,7 +94,7 @@ fn invalid_arguments_are_corrected_on_the_next_turn() {
     let ex = Example::new();
     let (code, v) = ex.start("invalid-args");
     assert_eq!(code, 0, "{v}");
-    let r = results(&ex.show(&v));
+    let r = tool_results(&ex.show(&v));
     assert_eq!(
         (r[0]["error"].as_str(), r[0]["class"].as_str()),
         (Some("schema_violation"), Some("malformed"))
@@ -118,18 +108,10 @@ fn a_stuck_loop_is_nudged() {
     let (code, v) = ex.start("stuck");
     assert_eq!(code, 0, "{v}");
     let show = ex.show(&v);
-    let nudge = show["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["role"] == "system" && m["step"] == 3)
-        .expect("nudge at step 3");
-    assert!(
-        nudge["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("repeating yourself")
-    );
+    let notes = notes(&show);
+    let (step, nudge) = notes.first().expect("a nudge");
+    assert_eq!(*step, 3);
+    assert!(nudge.contains("repeating yourself"), "{nudge}");
 }
 
 #[test]
@@ -150,7 +132,7 @@ fn a_breaker_trip_is_escalated_and_the_run_resumes_after_a_reply() {
     assert_eq!(code, 0);
     let (code, done, _) = ex.run(&["resume", v["run_id"].as_str().unwrap()]);
     assert_eq!((code, done["status"].as_str()), (0, Some("completed")));
-    let r = results(&ex.show(&v));
+    let r = tool_results(&ex.show(&v));
     assert_eq!(r[3]["error"], "circuit_open");
 }
 

@@ -287,3 +287,30 @@ pub fn blocked_run() -> (Project, String) {
     let id = p.only_run();
     (p, id)
 }
+
+/// The content of every tool result the model saw, in transcript order.
+pub fn tool_results(show: &Value) -> Vec<Value> {
+    show["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| m["content"].as_array().expect("content").clone())
+        .filter(|p| p["type"] == "tool_result")
+        .map(|p| p["content"].clone())
+        .collect()
+}
+
+/// The runner's notes to the model after the opening prompt (nudges, withdrawn tools,
+/// the degraded-answer request): (step, text).
+pub fn notes(show: &Value) -> Vec<(u64, String)> {
+    show["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] == "system" && m["step"].as_u64() > Some(0))
+        .map(|m| {
+            let text = m["content"][0]["text"].as_str().unwrap_or_default();
+            (m["step"].as_u64().unwrap_or_default(), text.to_string())
+        })
+        .collect()
+}
