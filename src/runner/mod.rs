@@ -123,7 +123,12 @@ impl Runner {
         let step = lp.state.steps + 1;
         let progress = self.progress.clone();
         let events = EventBuffer::observed(Arc::new(move |e| progress.event(e)));
-        let response = match self.store.model_turn(self.run_id(), step)? {
+        let stored = self.store.model_turn(self.run_id(), step)?;
+        // A step begun by an earlier process may have journaled outcomes and people's
+        // decisions; a step whose model turn arrives now has neither, so its reads are
+        // skipped on the hot path.
+        let resumed = stored.is_some();
+        let response = match stored {
             Some(r) => r,
             None => match self.ask_model(lp, &events).await {
                 Ok(r) => {
@@ -149,13 +154,17 @@ impl Runner {
         if calls.is_empty() {
             return self.finish_answer(lp, next, assistant, &events).map(Some);
         }
-        let journal: HashMap<String, JournalEntry> = self
-            .store
-            .journal_for_step(self.run_id(), step)?
-            .into_iter()
-            .map(|e| (e.call_id.clone(), e))
-            .collect();
-        let decisions = self.decisions_for_step(step)?;
+        let (journal, decisions) = if resumed {
+            let journal: HashMap<String, JournalEntry> = self
+                .store
+                .journal_for_step(self.run_id(), step)?
+                .into_iter()
+                .map(|e| (e.call_id.clone(), e))
+                .collect();
+            (journal, self.decisions_for_step(step)?)
+        } else {
+            (HashMap::new(), HashMap::new())
+        };
         let mut new_messages = vec![assistant];
         let mut plan = StepPlan::default();
         let mut last_fresh = None;
