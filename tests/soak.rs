@@ -9,7 +9,9 @@
 //! The kill schedule comes from a seeded RNG; the seed is printed at the end and on
 //! failure, and `AGENTRUN_SOAK_SEED` replays it (the timing, not the exact instants).
 
+#[path = "it/common/mod.rs"]
 mod common;
+#[path = "it/exactly_once/mod.rs"]
 mod exactly_once;
 
 use common::Project;

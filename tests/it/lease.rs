@@ -1,0 +1,292 @@
+//! Leases and concurrency (issue 6 §4): one holder per run, fenced by a token that a
+//! takeover raises; a heartbeat that expires; racing resumes; parallel runs on one file.
+//!
+//! The fencing and expiry tests use two `Store` handles on one file in this process;
+//! a foreign holder is simulated by writing pid 1 (always alive) into the lease, and
+//! an old heartbeat by writing its timestamp, so nothing waits on a clock.
+
+use crate::common::Project;
+use agentrun::model::{Message, ModelResponse, Role, StopReason, Usage};
+use agentrun::store::{
+    CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store, StoreError,
+};
+use serde_json::json;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+fn new_run(store: &Store) -> Lease {
+    let messages = [
+        Message::text(Role::System, "sys"),
+        Message::text(Role::User, "task"),
+    ];
+    store
+        .create_run(&NewRun {
+            id: RunId::generate(),
+            task: "task",
+            task_path: "task.md",
+            snapshot: "{}",
+            max_steps: 10,
+            max_tokens: 1000,
+            messages: &messages,
+            state: "{}",
+        })
+        .expect("create run")
+}
+
+/// Makes the run look held by another live process whose last sign of life was
+/// `age_ms` ago.
+fn held_by_pid_1(db: &Path, run: &RunId, age_ms: i64) {
+    let conn = rusqlite::Connection::open(db).expect("open");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    conn.execute(
+        "UPDATE runs SET lease_pid = 1, lease_heartbeat = ?2 WHERE id = ?1",
+        rusqlite::params![run.0, now - age_ms],
+    )
+    .expect("update");
+}
+
+fn response() -> ModelResponse {
+    ModelResponse {
+        message: Message::text(Role::Assistant, "late"),
+        usage: Usage {
+            input: 1,
+            output: 1,
+            cached: 0,
+        },
+        stop: StopReason::EndTurn,
+        model: "script:x".into(),
+    }
+}
+
+#[test]
+fn a_stale_holders_late_writes_are_rejected_after_a_takeover() {
+    let p = Project::new();
+    let a = Store::open(&p.db(), true).unwrap();
+    let stale = new_run(&a);
+    let b = Store::open(&p.db(), false).unwrap();
+    // Same pid, so B may take over at once (as after a pid reuse or an expired lease).
+    let current = b.acquire(&stale.run).unwrap();
+    assert!(current.token > stale.token);
+
+    let lost = |r: Result<(), StoreError>, what: &str| {
+        assert!(matches!(r, Err(StoreError::LeaseLost(_))), "{what}: {r:?}");
+    };
+    let record = CallRecord {
+        call_id: "c".into(),
+        status: CallStatus::Ok,
+        attempts: 1,
+        result: json!("done"),
+        is_error: false,
+        via: None,
+    };
+    let msgs = [Message::text(Role::Assistant, "late answer")];
+    lost(
+        a.record_model_turn(&stale, 1, &response(), &[]),
+        "model turn",
+    );
+    lost(a.mark_started(&stale, 1, "c"), "intent");
+    lost(a.record_outcome(&stale, 1, &record, &[]), "outcome");
+    lost(a.heartbeat(&stale), "heartbeat");
+    lost(
+        a.set_status(&stale, RunStatus::Failed, Some("late")),
+        "status",
+    );
+    lost(a.set_budgets(&stale, 1, 1), "budgets");
+    let commit = StepCommit {
+        step: 1,
+        messages: &msgs,
+        state: "{}",
+        input_tokens: 1,
+        output_tokens: 1,
+        status: RunStatus::Completed,
+        answer: Some("late answer"),
+        error: None,
+        outcome: None,
+        events: &[],
+        escalation: None,
+    };
+    lost(a.commit_step(&stale, &commit).map(drop), "step commit");
+
+    // Nothing of the stale holder's reached the run; the new holder writes freely.
+    assert_eq!(b.model_turn(&stale.run, 1).unwrap(), None);
+    assert_eq!(b.messages(&stale.run).unwrap().len(), 2);
+    let row = b.run(&stale.run).unwrap();
+    assert_eq!(
+        (row.status, row.steps, row.answer),
+        (RunStatus::Running, 0, None)
+    );
+    b.commit_step(&current, &commit).unwrap();
+    assert_eq!(b.run(&stale.run).unwrap().status, RunStatus::Completed);
+}
+
+#[test]
+fn a_live_holder_with_a_fresh_heartbeat_keeps_the_run() {
+    let p = Project::new();
+    let store = Store::open(&p.db(), true).unwrap();
+    let lease = new_run(&store);
+    held_by_pid_1(&p.db(), &lease.run, 1_000);
+    let err = store.acquire(&lease.run).unwrap_err();
+    assert!(
+        matches!(err, StoreError::LeaseHeld { pid: 1, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_bad_input(), "a refused resume exits 2");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("run {} is held by pid 1 (lease taken ", lease.run)),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_holder_silent_past_the_lease_ttl_loses_the_run_even_if_its_pid_lives() {
+    let p = Project::new();
+    let store = Store::open(&p.db(), true).unwrap();
+    let lease = new_run(&store);
+    // Silent for 61 s: past the default 60 s TTL.
+    held_by_pid_1(&p.db(), &lease.run, 61_000);
+    let patient = Store::open(&p.db(), false)
+        .unwrap()
+        .with_lease_ttl(Duration::from_secs(3600));
+    assert!(matches!(
+        patient.acquire(&lease.run),
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    let taken = store.acquire(&lease.run).unwrap();
+    assert_eq!(taken.token, lease.token + 1);
+    // The old token is fenced off.
+    assert!(matches!(
+        store.heartbeat(&lease),
+        Err(StoreError::LeaseLost(_))
+    ));
+}
+
+#[test]
+fn a_heartbeat_keeps_a_lease_alive() {
+    let p = Project::new();
+    let store = Store::open(&p.db(), true).unwrap();
+    let lease = new_run(&store);
+    let short = Store::open(&p.db(), false)
+        .unwrap()
+        .with_lease_ttl(Duration::from_secs(5));
+    held_by_pid_1(&p.db(), &lease.run, 10_000);
+    // Expired for a 5 s TTL ... until the holder (still token `lease`) beats.
+    store.heartbeat(&lease).unwrap();
+    assert!(matches!(
+        short.acquire(&lease.run),
+        Err(StoreError::LeaseHeld { .. })
+    ));
+}
+
+#[test]
+fn of_four_racing_resumes_exactly_one_proceeds() {
+    let (p, id) = crate::common::blocked_run();
+    p.write("hold", "");
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            p.command(&["resume", &id, "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // The winner blocks in the tool while `hold` exists, so the three losers must all
+    // exit on their own; poll until they have (bounded), then release the winner.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut children: Vec<_> = children.into_iter().map(Some).collect();
+    let mut losers = Vec::new();
+    while losers.len() < 3 && std::time::Instant::now() < deadline {
+        for slot in children.iter_mut() {
+            if slot
+                .as_mut()
+                .is_some_and(|c| c.try_wait().unwrap().is_some())
+            {
+                losers.push(slot.take().unwrap().wait_with_output().unwrap());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::remove_file(p.path().join("hold")).unwrap();
+    assert_eq!(losers.len(), 3, "three resumes should have been refused");
+    for out in &losers {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(&format!("agentrun: run {id} is held by pid ")),
+            "{err}"
+        );
+    }
+    let winner = children
+        .into_iter()
+        .flatten()
+        .next()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(
+        winner.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&winner.stderr)
+    );
+}
+
+#[test]
+fn four_runs_in_parallel_on_one_database_all_complete() {
+    let shared = Project::new();
+    let db = shared.db();
+    let projects: Vec<Project> = (0..4).map(|_| twenty_step_project()).collect();
+    let began = std::time::Instant::now();
+    let children: Vec<_> = projects
+        .iter()
+        .map(|p| {
+            p.command(&["start", "task.md", "--json"])
+                .env("AGENTRUN_DB", &db)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            (v["status"].as_str(), v["steps"].as_u64()),
+            (Some("completed"), Some(21))
+        );
+    }
+    let list = shared
+        .run(&["runs", "list", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(list.as_array().map(Vec::len), Some(4));
+    eprintln!(
+        "4 x 21 steps in parallel on one database: {:?}",
+        began.elapsed()
+    );
+}
+
+fn twenty_step_project() -> Project {
+    let p = Project::new();
+    p.script("step.sh", "#!/bin/sh\ncat > /dev/null\necho '\"ok\"'\n");
+    p.write(
+        "tools.toml",
+        "[tools.step]\ndescription = \"step\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"step.sh\"]\nidempotent = true\n",
+    );
+    let mut turns: Vec<_> = (0..20)
+        .map(|i| json!({"tool_calls": [{"name": "step", "args": {"i": i}}]}))
+        .collect();
+    turns.push(json!({"text": "done"}));
+    p.model_script(json!(turns));
+    p.task("max_steps = 30", "Twenty steps.");
+    p
+}

@@ -1,0 +1,18 @@
+//! All integration tests, as modules of one binary: one link for `cargo test`, shared
+//! helpers in `common` (the kill -9 soak test stays its own binary, `tests/soak.rs`).
+
+mod common;
+mod exactly_once;
+
+mod bad_input;
+mod cli_ux;
+mod core;
+mod crash;
+mod escalations;
+mod examples;
+mod lease;
+mod providers;
+mod providers_e2e;
+mod recovery_e2e;
+mod storage;
+mod tools_exec;
