@@ -15,4 +15,5 @@ mod providers;
 mod providers_e2e;
 mod recovery_e2e;
 mod storage;
+mod syncs;
 mod tools_exec;
