@@ -320,31 +320,43 @@ impl Store {
     }
 
     pub fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>> {
+        let mut out = Vec::new();
+        self.each_message(run, |m| {
+            out.push(m);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands the run's messages to `f` one at a time, in order, as they are read:
+    /// memory stays that of one message however long the run, and the first one
+    /// arrives after one index lookup (for streaming `runs show`, issue 14). The
+    /// connection is held until the last, so `f` must not use this store.
+    pub fn each_message(
+        &self,
+        run: &RunId,
+        mut f: impl FnMut(StoredMessage) -> Result<()>,
+    ) -> Result<()> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
         )?;
-        let rows = stmt.query_map([&run.0], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, u32>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, step, role, content) = row?;
+        let mut rows = stmt.query([&run.0])?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(0)?;
+            let step: u32 = r.get(1)?;
+            let role = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
             let role: Role =
-                serde_json::from_value(Value::String(role)).map_err(|e| corrupt(run, e))?;
-            let content = serde_json::from_str(&content).map_err(|e| corrupt(run, e))?;
-            out.push(StoredMessage {
+                serde_json::from_value(Value::String(role.into())).map_err(|e| corrupt(run, e))?;
+            let content = r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+            let content = serde_json::from_str(content).map_err(|e| corrupt(run, e))?;
+            f(StoredMessage {
                 seq,
                 step,
                 message: Message { role, content },
-            });
+            })?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The tool-call journal of a run, in call order.

@@ -10,9 +10,7 @@
 
 use crate::common::Project;
 use agentrun::model::{Message, ModelResponse, Part, Role, StopReason, Usage};
-use agentrun::store::{
-    CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store,
-};
+use agentrun::store::{CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store};
 use rusqlite::ffi;
 use serde_json::json;
 use std::cell::Cell;
@@ -235,7 +233,10 @@ fn a_non_idempotent_step_costs_two_fsyncs() {
             tool_step(&store, &lease, step, false);
         }
     });
-    assert_eq!(n, 20, "10 non-idempotent steps: the started mark and the commit");
+    assert_eq!(
+        n, 20,
+        "10 non-idempotent steps: the started mark and the commit"
+    );
 }
 
 #[test]
