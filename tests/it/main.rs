@@ -16,3 +16,4 @@ mod providers_e2e;
 mod recovery_e2e;
 mod storage;
 mod tools_exec;
+mod trust;
