@@ -71,7 +71,7 @@ impl Runner {
                 .filter(|d| d.kind == kind)
                 .and_then(|d| d.resolution.as_ref())
         };
-        if !c.offered.iter().any(|t| *t == c.call.name) {
+        if !c.offered.contains(&c.call.name) {
             // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
             // step (outside the task's subset, withdrawn, or the run is degraded) is
             // as unknown to the model as one never defined (issue 12).
