@@ -18,3 +18,4 @@ mod scale;
 mod storage;
 mod syncs;
 mod tools_exec;
+mod trust;
