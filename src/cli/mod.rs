@@ -4,6 +4,7 @@
 mod completions;
 mod escalations;
 mod init;
+mod model_args;
 mod output;
 mod runs;
 

@@ -1,5 +1,6 @@
 //! `agentrun start` and `agentrun resume`: create or reopen a run, drive it, report.
 
+use super::model_args::ModelArgs;
 use super::{BadInput, Cli, Exit, open_store, output};
 use crate::clock::SystemClock;
 use crate::model::{Message, Role};
@@ -39,6 +40,13 @@ pub struct StartArgs {
     /// Token budget, input + output [default: front matter, else 200000]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Print the model's streamed answer as JSON lines on stdout as it arrives
+    /// ({"type":"text",…}, {"type":"tool_call",…}, {"type":"restart",…}), before the
+    /// final answer (or --json object).
+    #[arg(long)]
+    pub stream_json: bool,
+    #[command(flatten)]
+    pub model_settings: ModelArgs,
 }
 
 /// Continue a run from its last committed step.
@@ -60,6 +68,9 @@ pub struct ResumeArgs {
     /// New token budget for the whole run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Print the model's streamed answer as JSON lines on stdout as it arrives.
+    #[arg(long)]
+    pub stream_json: bool,
 }
 
 pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
@@ -69,6 +80,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         model: args.model.clone(),
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
+        settings: args.model_settings.input().map_err(BadInput)?,
     })?;
     let max_steps = args.max_steps.unwrap_or(prepared.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(prepared.max_tokens);
@@ -95,7 +107,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         messages: &messages,
         state: &state,
     })?;
-    let progress = progress_for(cli);
+    let progress = progress_for(cli, args.stream_json);
     progress.say(format!(
         "agentrun: run {id} started ({})",
         args.task.display()
@@ -145,7 +157,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         store.set_budgets(&lease, max_steps, max_tokens)?;
     }
     store.set_status(&lease, RunStatus::Running, None)?;
-    let progress = progress_for(cli);
+    let progress = progress_for(cli, args.stream_json);
     progress.say(format!(
         "agentrun: resuming run {id} after step {}",
         row.steps
@@ -162,12 +174,15 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     drive(cli, &store, runner)
 }
 
-fn progress_for(cli: &Cli) -> Arc<Progress> {
-    Arc::new(Progress::new(if cli.quiet || cli.json {
-        Mode::Quiet
-    } else {
-        Mode::Lines
-    }))
+fn progress_for(cli: &Cli, stream_json: bool) -> Arc<Progress> {
+    Arc::new(
+        Progress::new(if cli.quiet || cli.json {
+            Mode::Quiet
+        } else {
+            Mode::Lines
+        })
+        .with_stream_json(stream_json),
+    )
 }
 
 /// Runs the loop until it stops or a signal arrives; then releases the run.

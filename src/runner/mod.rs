@@ -282,12 +282,13 @@ impl Runner {
             messages: lp.messages.get(1..).unwrap_or(&[]),
             tools: &tools,
             max_output_tokens: self.resolved.snapshot.max_output_tokens,
+            live: Some(self.progress.as_ref()),
         };
         let model = self
             .resolved
             .models
             .first()
-            .map(|m| m.name())
+            .map(|m| m.describe())
             .unwrap_or_default();
         self.progress.step_started(&progress::StepStart {
             step: lp.state.steps + 1,
@@ -296,7 +297,8 @@ impl Runner {
             max_tokens: self.max_tokens,
             model: &model,
         });
-        model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events).await
+        let call = model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events);
+        self.progress.heartbeat(call).await
     }
 
     /// The task's tools from tools.toml (its subset, or all).
