@@ -11,6 +11,7 @@ mod crash;
 mod escalations;
 mod examples;
 mod golden;
+mod handover;
 mod lease;
 mod providers;
 mod providers_e2e;
