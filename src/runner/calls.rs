@@ -316,13 +316,13 @@ impl Runner {
         def: Option<&ToolDef>,
         outcome: CallOutcome,
         modified: Option<Value>,
-    ) -> Result<CallResult, StoreError> {
+    ) -> Result<CallResult, RunError> {
         let message = outcome.content["message"]
             .as_str()
             .unwrap_or("it is unknown whether the call took effect")
             .to_string();
         c.events.emit(TraceEvent::Note {
-            kind: "outcome_unknown".into(),
+            kind: NoteKind::OutcomeUnknown,
             message: message.clone(),
         });
         if def.is_some_and(|d| d.on_unknown == OnUnknown::TellModel) {
@@ -333,14 +333,12 @@ impl Runner {
                 fresh: true,
             });
         }
-        let facts = json!({"call_id": c.call.id, "tool": c.call.name, "args": c.call.args});
-        self.pause(
-            c,
-            EscalationKind::OutcomeUnknown,
-            message,
-            facts,
-            RunStatus::Escalated,
-        )
+        let facts = Facts::OutcomeUnknown(CallFacts {
+            call_id: c.call.id.as_str().into(),
+            tool: c.call.name.clone(),
+            args: c.call.args.clone(),
+        });
+        self.pause(c, message, facts, RunStatus::Escalated)
     }
 
     /// A call that was started but has no outcome (the process died during it).
