@@ -248,6 +248,8 @@ fn classify(
     if kind.is_retryable() {
         err.retry_after = retry_after;
     }
+    // 429 and 503 refuse the request; 500, 502, 504 and 408 may come after it acted.
+    err.not_acted = matches!(status.as_u16(), 429 | 503);
     Err(err)
 }
 
@@ -261,7 +263,10 @@ fn transport_error(tool: &str, timeout: Duration, e: &reqwest::Error) -> ToolErr
     } else {
         ErrorKind::Unavailable
     };
-    ToolError::new(kind, format!("{tool}: {}", error_chain(e)))
+    let err = ToolError::new(kind, format!("{tool}: {}", error_chain(e)));
+    // A failure to connect happens before any byte of the request is sent; a reset or
+    // a broken body afterwards may come after the server acted.
+    if e.is_connect() { err.not_acted() } else { err }
 }
 
 /// "outer: cause: root cause" — reqwest's own Display stops at the outermost layer.

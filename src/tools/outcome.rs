@@ -125,6 +125,9 @@ pub struct ToolError {
     pub message: String,
     /// The service's requested delay before the next attempt.
     pub retry_after: Option<Duration>,
+    /// The failure proves the tool did not act (exit 75/69, HTTP 429/503, connection
+    /// refused before sending): only then is a non-idempotent tool retried (issue 12).
+    pub not_acted: bool,
 }
 
 impl ToolError {
@@ -133,7 +136,14 @@ impl ToolError {
             kind,
             message: message.into(),
             retry_after: None,
+            not_acted: false,
         }
+    }
+
+    /// Marks the failure as proof that the tool did not act.
+    pub fn not_acted(mut self) -> Self {
+        self.not_acted = true;
+        self
     }
 
     /// The JSON object the model sees for this failure (DESIGN §4).
