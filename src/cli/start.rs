@@ -326,10 +326,11 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
     store.release(&lease)?;
     // The live display prints the final line itself (with the elapsed time).
     runner.progress.finished(&outcome);
-    if !cli.quiet && !cli.json {
-        if let Some(line) = tool_bug_line(store, &outcome.run_id) {
-            eprintln!("{line}");
-        }
+    if let Some(line) = (!cli.quiet && !cli.json)
+        .then(|| tool_bug_line(store, &outcome.run_id))
+        .flatten()
+    {
+        eprintln!("{line}");
     }
     report(cli, &outcome, false)
 }
