@@ -14,6 +14,8 @@ mod lease;
 mod providers;
 mod providers_e2e;
 mod recovery_e2e;
+mod scale;
 mod storage;
+mod syncs;
 mod tools_exec;
 mod trust;
