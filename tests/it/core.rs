@@ -291,7 +291,10 @@ fn resume_accepts_a_unique_prefix_and_rejects_unknown_ids() {
     r.expect_code(2);
     assert_eq!(
         r.stderr.trim(),
-        "agentrun: no run `zzzz` in this database (see `agentrun runs list`)"
+        format!(
+            "agentrun: no run `zzzz` in {} (see `agentrun runs list`, or choose another database with --db)",
+            p.db().display()
+        )
     );
 }
 
