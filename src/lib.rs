@@ -10,6 +10,7 @@ pub mod config;
 pub mod fault;
 pub mod machine;
 pub mod model;
+pub mod net;
 pub mod prompts;
 pub mod recovery;
 pub mod render;
