@@ -50,6 +50,10 @@ pub struct Snapshot {
     /// Absent in snapshots written before it existed: the defaults then.
     #[serde(default)]
     pub settings: ModelSettings,
+    /// Random per-run salt for `AGENTRUN_CALL_ID` (issue 12): with it the key is unique
+    /// across databases even should two run ids collide. Empty for runs started before.
+    #[serde(default)]
+    pub call_salt: String,
 }
 
 /// A validated snapshot, ready to drive.
@@ -119,6 +123,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         tool_subset: task.tools.clone(),
         max_output_tokens: settings.max_output_tokens,
         settings,
+        call_salt: format!("{:016x}", rand::random::<u64>()),
     };
     let resolved = resolve(snapshot)?;
     Ok(Prepared {
