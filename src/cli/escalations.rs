@@ -7,6 +7,7 @@ use crate::store::{EscalationKind, EscalationRow, Resolution, Store};
 use crate::timefmt::{age, rfc3339};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use std::fmt::Write;
 
 #[derive(Debug, Subcommand)]
 pub enum EscalationsCmd {
@@ -90,21 +91,25 @@ pub fn summary_json(e: &EscalationRow) -> Value {
 
 fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
     let rows = store.list_escalations(all)?;
+    let mut o = String::new();
     if cli.json {
         output::print_json(&rows.iter().map(summary_json).collect())?;
         return Ok(Exit::Completed);
     }
     if rows.is_empty() {
-        println!("no {}escalations", if all { "" } else { "open " });
+        writeln!(o, "no {}escalations", if all { "" } else { "open " })?;
+        output::print_out(&o)?;
         return Ok(Exit::Completed);
     }
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    println!(
+    writeln!(
+        o,
         "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  SUMMARY",
         "ID", "RUN", "KIND", "STATUS", "AGE"
-    );
+    )?;
     for e in &rows {
-        println!(
+        writeln!(
+            o,
             "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  {}",
             e.id,
             e.run_id.as_str(),
@@ -112,13 +117,15 @@ fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
             if e.open { "open" } else { "resolved" },
             age(now, e.created_at),
             e.summary
-        );
+        )?;
     }
+    output::print_out(&o)?;
     Ok(Exit::Completed)
 }
 
 fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
     let e = store.escalation(id)?;
+    let mut o = String::new();
     let events = store.events(&e.run_id)?;
     let recent = &events[events.len().saturating_sub(10)..];
     if cli.json {
@@ -135,44 +142,53 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         output::print_json(&v)?;
         return Ok(Exit::Completed);
     }
-    println!(
+    writeln!(
+        o,
         "escalation {}  {}  {}",
         e.id,
         e.kind,
         if e.open { "open" } else { "resolved" }
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "run {} (step {}), raised {}",
         e.run_id,
         e.step,
         rfc3339(e.created_at)
-    );
+    )?;
     if let Some(tool) = e.detail.get("tool").and_then(Value::as_str) {
-        println!("tool {tool}");
+        writeln!(o, "tool {tool}")?;
     }
     if let Some(args) = e.detail.get("args") {
-        println!("arguments {args}");
+        writeln!(o, "arguments {args}")?;
     }
     if let Some(q) = e.detail.get("question").and_then(Value::as_str) {
-        println!("question {q}");
+        writeln!(o, "question {q}")?;
     }
-    println!();
-    print!("{}", escalate::render(&e.detail));
+    writeln!(o)?;
+    write!(o, "{}", escalate::render(&e.detail))?;
     if let (Some(r), Some(by), Some(at)) = (&e.resolution, &e.resolved_by, e.resolved_at) {
-        println!("\nDecision: {} by {by} at {}", describe(r), rfc3339(at));
+        writeln!(o, "\nDecision: {} by {by} at {}", describe(r), rfc3339(at))?;
     } else {
-        println!(
+        writeln!(
+            o,
             "\nDecide with: agentrun escalations resolve {} {}",
             e.id,
             allowed(e.kind).join(" | ")
-        );
+        )?;
     }
     if !recent.is_empty() {
-        println!("\nRecent trace:");
+        writeln!(o, "\nRecent trace:")?;
         for ev in recent {
-            println!("  step {}: {}", ev.step, super::describe_event(&ev.event));
+            writeln!(
+                o,
+                "  step {}: {}",
+                ev.step,
+                super::describe_event(&ev.event)
+            )?;
         }
     }
+    output::print_out(&o)?;
     Ok(Exit::Completed)
 }
 

@@ -8,6 +8,7 @@ mod output;
 mod runs;
 pub mod settings;
 
+pub use output::is_broken_pipe;
 pub use runs::describe_event;
 mod start;
 mod tools;

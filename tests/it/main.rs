@@ -14,6 +14,7 @@ mod first_hour;
 mod lease;
 mod providers;
 mod providers_e2e;
+mod reading_runs;
 mod recovery_e2e;
 mod scale;
 mod storage;
