@@ -67,6 +67,9 @@ pub struct ResolveArgs {
     /// Who decides [default: $USER]
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
+    /// Then continue the run at once (as `agentrun resume RUN_ID`).
+    #[arg(long)]
+    pub resume: bool,
 }
 
 pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
@@ -208,6 +211,23 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
     store.resolve_escalation(e.id, &resolution, &by)?;
+    if args.resume {
+        // stdout is the resumed run's (answer or JSON); the decision goes to stderr.
+        if !cli.quiet && !cli.json {
+            eprintln!(
+                "agentrun: escalation {} resolved: {}",
+                e.id,
+                describe(&resolution)
+            );
+        }
+        let resume = super::start::ResumeArgs {
+            run_id: e.run_id.to_string(),
+            max_steps: None,
+            max_tokens: None,
+            model: None,
+        };
+        return super::start::resume(cli, &resume);
+    }
     if cli.json {
         let mut v = summary_json(&store.escalation(e.id)?);
         v["resolution"] = serde_json::to_value(&resolution)?;
@@ -215,7 +235,10 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     } else {
         println!("escalation {} resolved: {}", e.id, describe(&resolution));
         if e.kind.pauses() {
-            println!("continue the run with: agentrun resume {}", e.run_id);
+            println!(
+                "continue the run with: agentrun resume {} (or resolve with --resume next time)",
+                e.run_id
+            );
         }
     }
     Ok(Exit::Completed)

@@ -30,3 +30,18 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Replaces a held run's config snapshot (`resume --model` switches the model for
+    /// the rest of the run).
+    pub fn replace_snapshot(&self, lease: &super::Lease, snapshot: &str) -> Result<()> {
+        self.write(|tx| {
+            super::runs::check_lease(tx, lease)?;
+            tx.execute(
+                "UPDATE run_snapshots SET snapshot = ?2 WHERE run_id = ?1",
+                rusqlite::params![lease.run.0, snapshot],
+            )?;
+            Ok(())
+        })
+    }
+}

@@ -17,6 +17,7 @@ mod providers_e2e;
 mod reading_runs;
 mod recovery_e2e;
 mod scale;
+mod steering;
 mod storage;
 mod syncs;
 mod tools_exec;
