@@ -26,12 +26,17 @@
 //! turns into one line and exit 2.
 
 mod admin;
+mod detail;
 mod escalations;
 mod journal;
 mod migrations;
 mod runs;
 
-pub use escalations::{EscalationKind, EscalationRow, NewEscalation, Resolution};
+pub use detail::{
+    ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts, Handover,
+    QuestionFacts, StuckFacts,
+};
+pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
 pub use runs::{Lease, NewRun, RunRow, RunStatus};
 
