@@ -85,6 +85,8 @@ fn command(argv: &[&str]) -> ToolKind {
     ToolKind::Command(CommandSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: Vec::new(),
+        set: Default::default(),
+        inherit_all: false,
         cwd: PathBuf::from("conf"),
         output_cap: DEFAULT_OUTPUT_CAP,
     })

@@ -32,6 +32,23 @@ fn unknown_outcome(def: &ToolDef, e: ToolError) -> ToolError {
     )
 }
 
+/// The server asked for a longer wait than `max_retry_after`: the call fails now, as
+/// `rate_limited`, carrying the server's delay so the model (and the breaker) know when
+/// the service takes calls again.
+fn too_long_to_wait(def: &ToolDef, err: &ToolError, retry_after: Duration) -> ToolError {
+    let mut e = ToolError::new(
+        ErrorKind::RateLimited,
+        format!(
+            "{}; the service asks to wait {}, more than max_retry_after ({}), so it was not retried",
+            err.message,
+            humantime::format_duration(retry_after),
+            humantime::format_duration(def.retry.max_retry_after)
+        ),
+    );
+    e.retry_after = Some(retry_after);
+    e
+}
+
 /// Returns the final attempt's result and the number of attempts made.
 pub async fn call_with_retry(
     def: &ToolDef,
@@ -53,13 +70,20 @@ pub async fn call_with_retry(
             Err(ref e) if e.kind.is_retryable() && made < max => e,
             _ => return (result, made),
         };
-        let delay = backoff::delay(
+        let wait = backoff::next_wait(
             def.retry.backoff,
             def.retry.max_backoff,
             made - 1,
             err.retry_after,
+            def.retry.max_retry_after,
             ctx.clock,
         );
+        let delay = match wait {
+            backoff::Wait::After(d) => d,
+            backoff::Wait::GiveUp { retry_after } => {
+                return (Err(too_long_to_wait(def, err, retry_after)), made);
+            }
+        };
         emit_backoff(def, ctx, made + 1, delay, err);
         ctx.clock.sleep(delay).await;
     }
