@@ -64,7 +64,7 @@ pub fn secrets_of(spec: &HttpSpec, env: impl Fn(&str) -> Option<String>) -> Secr
         }
     }
     if let Some(userinfo) = crate::redact::url_credentials(&spec.url) {
-        secrets.add(&userinfo.to_string());
+        secrets.add(userinfo);
     }
     secrets
 }
