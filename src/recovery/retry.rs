@@ -1,7 +1,10 @@
 //! Retry policy for tool calls: transient failures are retried up to the tool's
-//! `attempts` with exponential full-jitter backoff (the server's `Retry-After` first,
-//! capped by `max_backoff`); every other failure gets exactly one attempt, because
-//! retrying "not found" or "permission denied" cannot change the answer.
+//! `attempts` with exponential full-jitter backoff; every other failure gets exactly one
+//! attempt, because retrying "not found" or "permission denied" cannot change the answer.
+//!
+//! The server's `Retry-After` is a floor, never shortened by `max_backoff`; when it asks
+//! for more than `max_retry_after` there is no retry: the call fails `rate_limited`
+//! carrying the delay (DESIGN §3 Retries, issue 12 item 10).
 //!
 //! A tool that is not `idempotent` is retried only after a failure that proves it did
 //! not act ([`ToolError::not_acted`]); any other transient failure ends the call as
@@ -35,7 +38,8 @@ fn unknown_outcome(def: &ToolDef, e: ToolError) -> ToolError {
 /// The server asked for a longer wait than `max_retry_after`: the call fails now, as
 /// `rate_limited`, carrying the server's delay so the model (and the breaker) know when
 /// the service takes calls again.
-fn too_long_to_wait(def: &ToolDef, err: &ToolError, retry_after: Duration) -> ToolError {
+fn too_long_to_wait(def: &ToolDef, err: ToolError) -> ToolError {
+    let retry_after = err.retry_after.unwrap_or_default();
     let mut e = ToolError::new(
         ErrorKind::RateLimited,
         format!(
@@ -49,78 +53,132 @@ fn too_long_to_wait(def: &ToolDef, err: &ToolError, retry_after: Duration) -> To
     e
 }
 
-/// Returns the final attempt's result and the number of attempts made.
+/// What follows an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterAttempt {
+    /// No further attempt: this is the call's result (for this tool).
+    Final(AttemptResult),
+    /// Wait, then attempt again.
+    Retry(Backoff),
+}
+
+/// The wait before the next attempt, as the rule computes it; the jittered delay is
+/// drawn by whoever performs the wait ([`backoff::delay`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+    /// 0 for the first retry.
+    pub retry: u32,
+    /// The service's requested delay (`Retry-After`).
+    pub server_delay: Option<Duration>,
+}
+
+impl Backoff {
+    /// The wait: exactly the server's delay when it named one (a floor that
+    /// `max_backoff` never shortens; `after_attempt` already refused delays above
+    /// `max_retry_after`), else a full-jitter draw.
+    pub fn draw(&self, clock: &dyn crate::clock::Clock) -> Duration {
+        match self.server_delay {
+            Some(d) => d,
+            None => backoff::delay(self.base, self.max, self.retry, None, clock),
+        }
+    }
+}
+
+/// The retry rule, without IO: after attempt number `made` (from 1) ended with
+/// `result`, is the call done or is there another attempt?
+pub fn after_attempt(def: &ToolDef, made: u32, result: AttemptResult) -> AfterAttempt {
+    let max = def.retry.attempts.max(1);
+    match result {
+        Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
+            AfterAttempt::Final(Err(unknown_outcome(def, e)))
+        }
+        Err(e)
+            if e.kind.is_retryable()
+                && e.retry_after.is_some_and(|d| d > def.retry.max_retry_after) =>
+        {
+            AfterAttempt::Final(Err(too_long_to_wait(def, e)))
+        }
+        Err(e) if e.kind.is_retryable() && made < max => AfterAttempt::Retry(Backoff {
+            base: def.retry.backoff,
+            max: def.retry.max_backoff,
+            retry: made - 1,
+            server_delay: e.retry_after,
+        }),
+        other => AfterAttempt::Final(other),
+    }
+}
+
+/// Returns the final attempt's result and the number of attempts made: the attempts
+/// step of the recovery chain alone (no schema, gate or fallback).
 pub async fn call_with_retry(
     def: &ToolDef,
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> (AttemptResult, u32) {
-    let max = def.retry.attempts.max(1);
     let mut made = 0;
     loop {
         made += 1;
         // Elapsed time is real time on purpose: it measures the tool, not the schedule.
         let started = Instant::now();
         let result = attempt(def, args, ctx).await;
-        emit_attempt(def, ctx, made, started.elapsed(), &result);
-        let err = match result {
-            Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
-                return (Err(unknown_outcome(def, e)), made);
-            }
-            Err(ref e) if e.kind.is_retryable() && made < max => e,
-            _ => return (result, made),
+        ctx.events.emit(attempt_event(
+            ctx.call_id,
+            def,
+            made,
+            started.elapsed(),
+            &result,
+        ));
+        let b = match after_attempt(def, made, result) {
+            AfterAttempt::Final(result) => return (result, made),
+            AfterAttempt::Retry(b) => b,
         };
-        let wait = backoff::next_wait(
-            def.retry.backoff,
-            def.retry.max_backoff,
-            made - 1,
-            err.retry_after,
-            def.retry.max_retry_after,
-            ctx.clock,
-        );
-        let delay = match wait {
-            backoff::Wait::After(d) => d,
-            backoff::Wait::GiveUp { retry_after } => {
-                return (Err(too_long_to_wait(def, err, retry_after)), made);
-            }
-        };
-        emit_backoff(def, ctx, made + 1, delay, err);
+        let delay = b.draw(ctx.clock);
+        ctx.events.emit(backoff_event(
+            ctx.call_id,
+            def,
+            made + 1,
+            delay,
+            b.server_delay.is_some(),
+        ));
         ctx.clock.sleep(delay).await;
     }
 }
 
-fn emit_attempt(
+/// The trace of one attempt.
+pub fn attempt_event(
+    call_id: &str,
     def: &ToolDef,
-    ctx: &CallContext<'_>,
     attempt: u32,
     elapsed: Duration,
     result: &AttemptResult,
-) {
+) -> TraceEvent {
     let err = result.as_ref().err();
-    ctx.events.emit(TraceEvent::ToolAttempt {
-        call_id: ctx.call_id.to_string(),
+    TraceEvent::ToolAttempt {
+        call_id: call_id.to_string(),
         tool: def.name.clone(),
         attempt,
         elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         error: err.map(|e| e.kind),
         class: err.map(|e| e.kind.class()),
         message: err.map(|e| e.message.clone()),
-    });
+    }
 }
 
-/// `attempt` is the number of the attempt the wait comes before.
-fn emit_backoff(
+/// The trace of a wait; `attempt` is the number of the attempt the wait comes before.
+pub fn backoff_event(
+    call_id: &str,
     def: &ToolDef,
-    ctx: &CallContext<'_>,
     attempt: u32,
     delay: Duration,
-    err: &ToolError,
-) {
-    ctx.events.emit(TraceEvent::Backoff {
-        call_id: ctx.call_id.to_string(),
+    retry_after: bool,
+) -> TraceEvent {
+    TraceEvent::Backoff {
+        call_id: call_id.to_string(),
         tool: def.name.clone(),
         attempt,
         delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-        retry_after: err.retry_after.is_some(),
-    });
+        retry_after,
+    }
 }
