@@ -61,6 +61,8 @@ pub struct Resolved {
     pub snapshot: Snapshot,
     pub tools: ToolsConfig,
     pub models: Vec<Provider>,
+    /// Models skipped after failing, for the rest of this process's run.
+    pub breaker: crate::model::retry::ModelBreaker,
 }
 
 pub struct StartOptions {
@@ -171,6 +173,7 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
         snapshot,
         tools,
         models,
+        breaker: Default::default(),
     })
 }
 

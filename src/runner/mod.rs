@@ -23,7 +23,7 @@ use crate::store::{
     StepCommit, Store, StoreError,
 };
 use crate::tools::outcome::ErrorKind;
-use crate::trace::EventBuffer;
+use crate::trace::{EventBuffer, EventSink, NoteKind, TraceEvent};
 use calls::{CallInput, CallResult, ask_user_spec};
 use observe::{CallFinished, Notice, Observer, StepStart};
 use serde_json::Value;
@@ -330,7 +330,62 @@ impl Runner {
             max_tokens: self.max_tokens,
             model: &model,
         });
-        let call = model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events);
+        let first = self.call_models(&req, events).await?;
+        if first.stop != StopReason::MaxTokens {
+            return Ok(first);
+        }
+        // Cut off at the output limit (issue 15): not an answer, and its last tool call
+        // may be incomplete. Ask once more, with a note and the retry cap; the cut
+        // response is dropped (its tokens still count). A second cut ends the run as
+        // before, with the text only, so no call is ever left without a result.
+        let settings = &self.resolved.snapshot.settings;
+        let cap = settings
+            .max_output_tokens_retry
+            .unwrap_or(req.max_output_tokens)
+            .max(req.max_output_tokens);
+        events.emit(TraceEvent::Note {
+            kind: NoteKind::Truncated,
+            message: format!(
+                "the response was cut off at its output limit ({} tokens); asked again once \
+                 with a limit of {cap}",
+                req.max_output_tokens
+            ),
+        });
+        let mut messages = req.messages.to_vec();
+        messages.push(Message::text(
+            Role::System,
+            format!(
+                "[agentrun] Your previous reply was cut off at the output limit of {} tokens \
+                 and was discarded. Reply again within {cap} tokens: make fewer tool calls in \
+                 one turn (the rest can follow in later turns), or answer more briefly.",
+                req.max_output_tokens
+            ),
+        ));
+        let again = ModelRequest {
+            messages: &messages,
+            max_output_tokens: cap,
+            ..req
+        };
+        let mut second = self.call_models(&again, events).await?;
+        second.usage.add(first.usage);
+        Ok(second)
+    }
+
+    /// The model list under the run's retry policy and breaker, with a heartbeat.
+    async fn call_models(
+        &self,
+        req: &ModelRequest<'_>,
+        events: &EventBuffer,
+    ) -> Result<model::ModelResponse, model::ModelError> {
+        let policy = self.resolved.snapshot.settings.retry_policy();
+        let call = model::retry::complete_guarded(
+            &self.resolved.models,
+            req,
+            &policy,
+            &self.resolved.breaker,
+            self.clock.as_ref(),
+            events,
+        );
         observe::with_heartbeat(self.observer.as_ref(), call).await
     }
 
