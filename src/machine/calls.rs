@@ -9,8 +9,8 @@ use crate::config::{OnUnknown, ToolDef};
 use crate::model::{Message, ToolCall, ToolSpec};
 use crate::recovery::{CallOutcome, Execution};
 use crate::store::{
-    ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationKind, Facts, JournalEntry,
-    QuestionFacts, Resolution, RunStatus,
+    ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationKind, EscalationRow, Facts,
+    JournalEntry, QuestionFacts, Resolution, RunStatus,
 };
 use crate::taxonomy::ErrorKind;
 use crate::tools::outcome::ToolError;
@@ -136,37 +136,11 @@ impl Machine<'_> {
                 call_id: call.id.clone(),
             });
         }
-        let mut approved_hop = None;
-        if let Some(d) = &decision
-            && let Facts::ApprovalRequired(f) = &d.detail.facts
-            && f.tool != call.name
-        {
-            // A person decided on the fallback hop this call paused at: run that hop
-            // (approved) or report the denial, without re-running the tools that
-            // failed before it.
-            match &d.resolution {
-                Some(Resolution::Approve) => approved_hop = Some((f.tool.clone(), f.args.clone())),
-                Some(Resolution::Deny { reason }) => {
-                    let err = ToolError::new(
-                        ErrorKind::ApprovalDenied,
-                        format!(
-                            "{} failed, and a person declined its fallback {}: {reason}",
-                            call.name, f.tool
-                        ),
-                    );
-                    let hint = self.rules.prompts.hint(err.kind);
-                    let outcome = CallOutcome {
-                        content: err.to_model_json(0, hint),
-                        is_error: true,
-                        error: Some(err.kind),
-                        attempts: 0,
-                        via: None,
-                    };
-                    return Next::Ended(record_of(call, outcome, None));
-                }
-                _ => {}
-            }
-        }
+        let approved_hop = match self.decided_hop(call, decision.as_ref()) {
+            Some(Ok(hop)) => Some(hop),
+            Some(Err(denied)) => return Next::Ended(denied),
+            None => None,
+        };
         out.push(Effect::RunCall(Box::new(RunCall {
             step: number,
             call_id: call.id.clone(),
@@ -177,6 +151,44 @@ impl Machine<'_> {
             max_attempts: def.map_or(1, |d| d.retry.attempts),
         })));
         Next::Waiting
+    }
+
+    /// A person decided on the fallback hop this call paused at: run that hop
+    /// (approved: its name and arguments) or report the denial, without re-running
+    /// the tools that failed before it.
+    fn decided_hop(
+        &self,
+        call: &ToolCall,
+        decision: Option<&EscalationRow>,
+    ) -> Option<Result<(String, Value), Ended>> {
+        let d = decision?;
+        let Facts::ApprovalRequired(f) = &d.detail.facts else {
+            return None;
+        };
+        if f.tool == call.name {
+            return None;
+        }
+        match d.resolution.as_ref()? {
+            Resolution::Approve => Some(Ok((f.tool.clone(), f.args.clone()))),
+            Resolution::Deny { reason } => {
+                let err = ToolError::new(
+                    ErrorKind::ApprovalDenied,
+                    format!(
+                        "{} failed, and a person declined its fallback {}: {reason}",
+                        call.name, f.tool
+                    ),
+                );
+                let outcome = CallOutcome {
+                    content: err.to_model_json(0, self.rules.prompts.hint(err.kind)),
+                    is_error: true,
+                    error: Some(err.kind),
+                    attempts: 0,
+                    via: None,
+                };
+                Some(Err(record_of(call, outcome, None)))
+            }
+            _ => None,
+        }
     }
 
     /// The chain's answer for the call in progress.
