@@ -218,17 +218,19 @@ impl Drive<'_> {
 
     async fn ask(&self, m: &Machine<'_>, ask: &Ask) -> Event {
         let r = self.runner;
+        let live = observe::LiveView(r.observer.as_ref());
         let req = ModelRequest {
             system: &ask.system,
             messages: m.messages().get(1..).unwrap_or(&[]),
             tools: &ask.tools,
             max_output_tokens: r.resolved.snapshot.max_output_tokens,
+            live: Some(&live),
         };
         let model = r
             .resolved
             .models
             .first()
-            .map(|p| p.name())
+            .map(|p| p.describe())
             .unwrap_or_default();
         r.observer.step_started(&StepStart {
             step: ask.step,
@@ -237,8 +239,8 @@ impl Drive<'_> {
             max_tokens: r.max_tokens,
             model: &model,
         });
-        match model::retry::complete(&r.resolved.models, &req, r.clock.as_ref(), &self.events).await
-        {
+        let call = model::retry::complete(&r.resolved.models, &req, r.clock.as_ref(), &self.events);
+        match observe::with_heartbeat(r.observer.as_ref(), call).await {
             Ok(response) => Event::ModelReplied(response),
             Err(e) => Event::ModelFailed(e.to_string()),
         }
