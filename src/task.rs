@@ -1,7 +1,6 @@
 //! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
 
 use crate::model::ModelSpec;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -24,8 +23,9 @@ pub struct TaskError {
     pub message: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The front matter, read key by key so a wrong type names its key and says what
+/// fits (serde's "invalid type: string \"lots\", expected i64" names neither).
+#[derive(Default)]
 struct FrontMatter {
     model: Option<OneOrMany>,
     max_steps: Option<i64>,
@@ -33,11 +33,79 @@ struct FrontMatter {
     tools: Option<Vec<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
 enum OneOrMany {
     One(String),
     Many(Vec<String>),
+}
+
+const KEYS: &str = "model, max_steps, max_tokens, tools";
+
+fn type_name(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a number with a fraction",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+fn strings(v: &toml::Value) -> Option<Vec<String>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_str().map(str::to_string))
+        .collect()
+}
+
+impl FrontMatter {
+    fn read(text: &str) -> Result<FrontMatter, String> {
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| format!("front matter: {}", one_line(e.message())))?;
+        let mut fm = FrontMatter::default();
+        for (key, v) in &table {
+            let wrong = |want: &str| {
+                format!(
+                    "front matter: `{key}` must be {want}, not {} ({v})",
+                    type_name(v)
+                )
+            };
+            match key.as_str() {
+                "model" => {
+                    fm.model = Some(match (v.as_str(), strings(v)) {
+                        (Some(s), _) => OneOrMany::One(s.to_string()),
+                        (None, Some(list)) => OneOrMany::Many(list),
+                        _ => {
+                            return Err(wrong(
+                                "a string such as \"openai:gpt-4o-mini\", or a list of them",
+                            ));
+                        }
+                    })
+                }
+                "max_steps" | "max_tokens" => {
+                    let n = v.as_integer().ok_or_else(|| wrong("a whole number"))?;
+                    if key == "max_steps" {
+                        fm.max_steps = Some(n);
+                    } else {
+                        fm.max_tokens = Some(n);
+                    }
+                }
+                "tools" => {
+                    fm.tools =
+                        Some(strings(v).ok_or_else(|| {
+                            wrong("a list of tool names, such as [\"search_kb\"]")
+                        })?)
+                }
+                other => {
+                    return Err(format!(
+                        "front matter: unknown key `{other}` (the keys are {KEYS})"
+                    ));
+                }
+            }
+        }
+        Ok(fm)
+    }
 }
 
 pub fn load(path: &Path) -> Result<Task, TaskError> {
@@ -54,15 +122,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
         message,
     };
     let (front, body) = split_front_matter(text).map_err(err)?;
-    let fm: FrontMatter = match front {
-        Some(f) => toml::from_str(f)
-            .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?,
-        None => FrontMatter {
-            model: None,
-            max_steps: None,
-            max_tokens: None,
-            tools: None,
-        },
+    let fm = match front {
+        Some(f) => FrontMatter::read(f).map_err(&err)?,
+        None => FrontMatter::default(),
     };
     let models = match fm.model {
         None => Vec::new(),
@@ -106,6 +168,13 @@ fn positive(v: Option<i64>, key: &str) -> Result<Option<i64>, String> {
 fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text.strip_prefix("+++") else {
+        if looks_like_yaml_front_matter(text) {
+            return Err(
+                "front matter is TOML between `+++` lines, not YAML between `---`: \
+                        write `+++`, then `model = \"openai:gpt-4o-mini\"`, then `+++`"
+                    .into(),
+            );
+        }
         return Ok((None, text));
     };
     let rest = rest
@@ -120,6 +189,21 @@ fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), String> {
         offset += line.len();
     }
     Err("front matter opened with `+++` is never closed".into())
+}
+
+/// `---` on the first line, a `key: value` line and a closing `---`: the YAML front
+/// matter of other tools, which would otherwise become part of the prompt.
+fn looks_like_yaml_front_matter(text: &str) -> bool {
+    let mut lines = text.lines();
+    if lines.next().map(str::trim_end) != Some("---") {
+        return false;
+    }
+    let block: Vec<&str> = lines.take_while(|l| l.trim_end() != "---").collect();
+    block.iter().any(|l| {
+        l.split_once(':').is_some_and(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+    }) && text.lines().skip(1).any(|l| l.trim_end() == "---")
 }
 
 fn one_line(s: &str) -> String {
@@ -175,10 +259,36 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse_str(input).unwrap_err(), want, "input {input:?}");
         }
-        assert!(
-            parse_str("+++\nbogus = 1\n+++\nx")
-                .unwrap_err()
-                .starts_with("t.md: front matter: unknown field `bogus`")
+        assert_eq!(
+            parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools)"
         );
+    }
+
+    #[test]
+    fn type_errors_name_the_key_and_what_fits() {
+        assert_eq!(
+            parse_str("+++\nmax_steps = \"lots\"\n+++\nx").unwrap_err(),
+            "t.md: front matter: `max_steps` must be a whole number, not a string (\"lots\")"
+        );
+        assert_eq!(
+            parse_str("+++\ntools = \"search_kb\"\n+++\nx").unwrap_err(),
+            "t.md: front matter: `tools` must be a list of tool names, such as [\"search_kb\"], not a string (\"search_kb\")"
+        );
+        assert!(
+            parse_str("+++\nmodel = 4\n+++\nx")
+                .unwrap_err()
+                .starts_with("t.md: front matter: `model` must be a string such as")
+        );
+    }
+
+    #[test]
+    fn yaml_front_matter_says_it_must_be_toml() {
+        assert_eq!(
+            parse_str("---\nmodel: openai:gpt-4o\n---\nDo it.").unwrap_err(),
+            "t.md: front matter is TOML between `+++` lines, not YAML between `---`: write `+++`, then `model = \"openai:gpt-4o-mini\"`, then `+++`"
+        );
+        // A Markdown rule that opens a task is not front matter.
+        assert!(parse_str("---\nJust a rule above the text.\n").is_ok());
     }
 }
