@@ -167,7 +167,10 @@ fn bash_completion_offers_statuses_and_run_ids() {
         .as_str()
         .expect("id")
         .to_string();
-    assert_eq!(complete(&p, "agentrun runs show"), std::slice::from_ref(&id));
+    assert_eq!(
+        complete(&p, "agentrun runs show"),
+        std::slice::from_ref(&id)
+    );
     assert_eq!(complete(&p, "agentrun resume"), [id]);
     let statuses = complete(&p, "agentrun runs list --status");
     assert!(
