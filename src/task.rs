@@ -1,6 +1,8 @@
 //! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
 
 use crate::model::ModelSpec;
+use crate::model::settings::{SettingsInput, ToolChoice, parse_duration};
+use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -14,6 +16,8 @@ pub struct Task {
     pub tools: Option<Vec<String>>,
     /// The Markdown body: what the user asks for.
     pub prompt: String,
+    /// Model settings the front matter gives (output cap, timeouts, …).
+    pub settings: SettingsInput,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -23,22 +27,119 @@ pub struct TaskError {
     pub message: String,
 }
 
-/// The front matter, read key by key so a wrong type names its key and says what
-/// fits (serde's "invalid type: string \"lots\", expected i64" names neither).
-#[derive(Default)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FrontMatter {
     model: Option<OneOrMany>,
     max_steps: Option<i64>,
     max_tokens: Option<i64>,
     tools: Option<Vec<String>>,
+    // Model settings (README "Models").
+    max_output_tokens: Option<i64>,
+    max_output_tokens_retry: Option<i64>,
+    temperature: Option<f64>,
+    tool_choice: Option<String>,
+    stream: Option<bool>,
+    timeout: Option<String>,
+    idle_timeout: Option<String>,
+    connect_timeout: Option<String>,
+    context_window: Option<i64>,
 }
 
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
+impl FrontMatter {
+    fn settings(&self) -> Result<SettingsInput, String> {
+        let count = |key: &str, v: Option<i64>| -> Result<Option<u64>, String> {
+            match v {
+                Some(n) if n <= 0 => Err(format!("`{key}` must be positive, got {n}")),
+                other => Ok(other.map(|n| n as u64)),
+            }
+        };
+        let tokens = |key: &str, v: Option<i64>| -> Result<Option<u32>, String> {
+            count(key, v)?
+                .map(|n| u32::try_from(n).map_err(|_| format!("`{key}` is too large")))
+                .transpose()
+        };
+        let duration = |key: &str, v: &Option<String>| {
+            v.as_deref().map(|v| parse_duration(key, v)).transpose()
+        };
+        let input = SettingsInput {
+            max_output_tokens: tokens("max_output_tokens", self.max_output_tokens)?,
+            max_output_tokens_retry: tokens(
+                "max_output_tokens_retry",
+                self.max_output_tokens_retry,
+            )?,
+            temperature: self.temperature,
+            tool_choice: self
+                .tool_choice
+                .as_deref()
+                .map(ToolChoice::parse)
+                .transpose()?,
+            stream: self.stream,
+            timeout: duration("timeout", &self.timeout)?,
+            idle_timeout: duration("idle_timeout", &self.idle_timeout)?,
+            connect_timeout: duration("connect_timeout", &self.connect_timeout)?,
+            context_window: count("context_window", self.context_window)?,
+        };
+        input.validate()?;
+        Ok(input)
+    }
 }
 
-const KEYS: &str = "model, max_steps, max_tokens, tools";
+/// What each front-matter key must be, checked before serde reads the table so a
+/// wrong type names its key and says what fits (serde's "invalid type: string
+/// \"lots\", expected i64" names neither; issue 13).
+const KEYS: &[(&str, Kind)] = &[
+    ("model", Kind::Model),
+    ("max_steps", Kind::Integer),
+    ("max_tokens", Kind::Integer),
+    ("tools", Kind::Names),
+    ("max_output_tokens", Kind::Integer),
+    ("max_output_tokens_retry", Kind::Integer),
+    ("temperature", Kind::Number),
+    ("tool_choice", Kind::Text),
+    ("stream", Kind::Bool),
+    ("timeout", Kind::Duration),
+    ("idle_timeout", Kind::Duration),
+    ("connect_timeout", Kind::Duration),
+    ("context_window", Kind::Integer),
+];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Model,
+    Integer,
+    Number,
+    Names,
+    Text,
+    Duration,
+    Bool,
+}
+
+impl Kind {
+    fn fits(self, v: &toml::Value) -> bool {
+        let strings = |v: &toml::Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str()));
+        match self {
+            Kind::Model => v.is_str() || strings(v),
+            Kind::Integer => v.is_integer(),
+            Kind::Number => v.is_float() || v.is_integer(),
+            Kind::Names => strings(v),
+            Kind::Text | Kind::Duration => v.is_str(),
+            Kind::Bool => v.is_bool(),
+        }
+    }
+
+    fn wanted(self) -> &'static str {
+        match self {
+            Kind::Model => "a string such as \"openai:gpt-4o-mini\", or a list of them",
+            Kind::Integer => "a whole number",
+            Kind::Number => "a number",
+            Kind::Names => "a list of tool names, such as [\"search_kb\"]",
+            Kind::Text => "a string",
+            Kind::Duration => "a duration string such as \"30s\"",
+            Kind::Bool => "true or false",
+        }
+    }
+}
 
 fn type_name(v: &toml::Value) -> &'static str {
     match v {
@@ -52,60 +153,34 @@ fn type_name(v: &toml::Value) -> &'static str {
     }
 }
 
-fn strings(v: &toml::Value) -> Option<Vec<String>> {
-    v.as_array()?
-        .iter()
-        .map(|x| x.as_str().map(str::to_string))
-        .collect()
+/// Unknown keys and wrong types, each named, before serde sees the text.
+fn check_keys(text: &str) -> Result<(), String> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| format!("front matter: {}", one_line(e.message())))?;
+    for (key, v) in &table {
+        let Some((_, kind)) = KEYS.iter().find(|(k, _)| k == key) else {
+            let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!(
+                "front matter: unknown key `{key}` (the keys are {})",
+                names.join(", ")
+            ));
+        };
+        if !kind.fits(v) {
+            return Err(format!(
+                "front matter: `{key}` must be {}, not {} ({v})",
+                kind.wanted(),
+                type_name(v)
+            ));
+        }
+    }
+    Ok(())
 }
 
-impl FrontMatter {
-    fn read(text: &str) -> Result<FrontMatter, String> {
-        let table: toml::Table =
-            toml::from_str(text).map_err(|e| format!("front matter: {}", one_line(e.message())))?;
-        let mut fm = FrontMatter::default();
-        for (key, v) in &table {
-            let wrong = |want: &str| {
-                format!(
-                    "front matter: `{key}` must be {want}, not {} ({v})",
-                    type_name(v)
-                )
-            };
-            match key.as_str() {
-                "model" => {
-                    fm.model = Some(match (v.as_str(), strings(v)) {
-                        (Some(s), _) => OneOrMany::One(s.to_string()),
-                        (None, Some(list)) => OneOrMany::Many(list),
-                        _ => {
-                            return Err(wrong(
-                                "a string such as \"openai:gpt-4o-mini\", or a list of them",
-                            ));
-                        }
-                    })
-                }
-                "max_steps" | "max_tokens" => {
-                    let n = v.as_integer().ok_or_else(|| wrong("a whole number"))?;
-                    if key == "max_steps" {
-                        fm.max_steps = Some(n);
-                    } else {
-                        fm.max_tokens = Some(n);
-                    }
-                }
-                "tools" => {
-                    fm.tools =
-                        Some(strings(v).ok_or_else(|| {
-                            wrong("a list of tool names, such as [\"search_kb\"]")
-                        })?)
-                }
-                other => {
-                    return Err(format!(
-                        "front matter: unknown key `{other}` (the keys are {KEYS})"
-                    ));
-                }
-            }
-        }
-        Ok(fm)
-    }
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 pub fn load(path: &Path) -> Result<Task, TaskError> {
@@ -122,10 +197,17 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
         message,
     };
     let (front, body) = split_front_matter(text).map_err(err)?;
-    let fm = match front {
-        Some(f) => FrontMatter::read(f).map_err(&err)?,
-        None => FrontMatter::default(),
+    let fm: FrontMatter = match front {
+        Some(f) => {
+            check_keys(f).map_err(&err)?;
+            toml::from_str(f)
+                .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?
+        }
+        None => toml::from_str("").map_err(|e| err(format!("front matter: {e}")))?,
     };
+    let settings = fm
+        .settings()
+        .map_err(|e| err(format!("front matter: {e}")))?;
     let models = match fm.model {
         None => Vec::new(),
         Some(OneOrMany::One(m)) => vec![m],
@@ -150,6 +232,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
         max_tokens: max_tokens.map(|n| n as u64),
         tools: fm.tools,
         prompt,
+        settings,
     })
 }
 
@@ -261,7 +344,7 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools)"
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window)"
         );
     }
 
