@@ -42,11 +42,13 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         props.insert(name.clone(), known);
         tools.insert(name, tool);
     }
-    check_fallbacks(&tools, &props, sink);
+    let mcp = super::mcp::resolve_servers(raw.mcp, &defaults, &cwd, sink);
+    check_fallbacks(&tools, &props, &mcp, sink);
     ToolsConfig {
         defaults,
         policy,
         tools,
+        mcp,
     }
 }
 
@@ -60,14 +62,14 @@ fn command_cwd(origin: &Path) -> PathBuf {
 }
 
 /// The retry keys shared by `[defaults]` and each tool.
-struct RetryFields<'a> {
-    timeout: Option<&'a str>,
-    attempts: Option<i64>,
-    backoff: Option<&'a str>,
-    max_backoff: Option<&'a str>,
+pub(super) struct RetryFields<'a> {
+    pub timeout: Option<&'a str>,
+    pub attempts: Option<i64>,
+    pub backoff: Option<&'a str>,
+    pub max_backoff: Option<&'a str>,
 }
 
-fn resolve_retry(
+pub(super) fn resolve_retry(
     f: &RetryFields<'_>,
     base: &RetryPolicy,
     place: Where<'_>,
@@ -213,14 +215,14 @@ fn resolve_tool(
     (tool, props)
 }
 
-fn fallback_step(raw: RawFallback) -> FallbackStep {
+pub(super) fn fallback_step(raw: RawFallback) -> FallbackStep {
     FallbackStep {
         tool: raw.tool,
         map: raw.map.unwrap_or_default(),
     }
 }
 
-fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval {
+pub(super) fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval {
     match value {
         None | Some("auto") => Approval::Auto,
         Some("always") => Approval::Always,
@@ -236,7 +238,7 @@ fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval 
     }
 }
 
-fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> OnUnknown {
+pub(super) fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> OnUnknown {
     match value {
         None | Some("escalate") => OnUnknown::Escalate,
         Some("tell_model") => OnUnknown::TellModel,
@@ -298,7 +300,7 @@ fn resolve_kind(
     })
 }
 
-fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
+pub(super) fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
     let place = Where::Tool(name);
     if present && argv.is_empty() {
         sink.key(
@@ -369,6 +371,7 @@ fn check_url(url: &str, props: Option<&BTreeSet<String>>, place: Where<'_>, sink
 fn check_fallbacks(
     tools: &BTreeMap<String, ToolDef>,
     props: &BTreeMap<String, Option<BTreeSet<String>>>,
+    mcp: &BTreeMap<String, McpServer>,
     sink: &mut Sink,
 ) {
     let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -382,6 +385,8 @@ fn check_fallbacks(
                     &format!("{key}.tool"),
                     "a tool cannot fall back to itself".into(),
                 );
+            } else if super::mcp::is_mcp_name(&step.tool, mcp) {
+                // An MCP tool: known only once discovered at `start`, checked then.
             } else if !tools.contains_key(&step.tool) {
                 sink.key(
                     Where::Tool(name),
