@@ -2,6 +2,7 @@
 
 use super::{BadInput, Cli, Exit};
 use crate::config;
+use crate::tools::mcp;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -21,7 +22,7 @@ pub enum ToolsCmd {
 
 pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     let ToolsCmd::Check { tools } = cmd;
-    match config::load(tools) {
+    match config::load(tools).and_then(|(cfg, text)| with_mcp_tools(tools, cfg, text)) {
         Ok((cfg, _)) => {
             if cli.json {
                 let names: Vec<&String> = cfg.tools.keys().collect();
@@ -50,5 +51,32 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             ))
             .into())
         }
+    }
+}
+
+/// Starts each MCP server, lists its tools and checks them like any tool's (issue 16);
+/// the servers stop again when the check ends.
+fn with_mcp_tools(
+    path: &std::path::Path,
+    mut cfg: config::ToolsConfig,
+    text: String,
+) -> Result<(config::ToolsConfig, String), config::ConfigErrors> {
+    if cfg.mcp.is_empty() {
+        return Ok((cfg, text));
+    }
+    let (pool, found) = mcp::discover(&cfg.mcp);
+    let installed = found.and_then(|found| mcp::install(&mut cfg, &found, &mcp::Link::new(pool)));
+    match installed {
+        Ok(()) => Ok((cfg, text)),
+        Err(problems) => Err(config::ConfigErrors(
+            problems
+                .into_iter()
+                .map(|p| config::ConfigError {
+                    file: path.to_path_buf(),
+                    tool: None,
+                    message: p.to_string(),
+                })
+                .collect(),
+        )),
     }
 }

@@ -11,6 +11,7 @@ mod crash;
 mod escalations;
 mod examples;
 mod lease;
+mod mcp;
 mod providers;
 mod providers_e2e;
 mod recovery_e2e;
