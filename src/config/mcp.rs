@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::Sink;
 use super::raw::{RawMcp, Section, Where};
 use super::resolve::{RetryFields, approval, fallback_step, on_unknown, resolve_retry};
 use super::types::*;
 use super::validate::{self, check_count};
-use super::Sink;
 
 /// Resolves every `[mcp.NAME]`; `cwd` is the tools.toml folder (the server's cwd).
 pub fn resolve_servers(
@@ -40,8 +40,7 @@ pub fn is_mcp_name(name: &str, servers: &BTreeMap<String, McpServer>) -> bool {
 /// tool-name shape and leave the separator unambiguous.
 pub fn check_server_name(name: &str) -> Result<(), String> {
     let ok_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-    if name.is_empty() || name.len() > 32 || !name.chars().all(ok_char) || name.contains("__")
-    {
+    if name.is_empty() || name.len() > 32 || !name.chars().all(ok_char) || name.contains("__") {
         return Err(
             "server name must match ^[A-Za-z0-9_-]{1,32}$ without `__` (tools are named SERVER__TOOL)"
                 .into(),
@@ -85,7 +84,11 @@ fn resolve_server(
         .into_iter()
         .map(|(tool, value)| {
             let key = format!("approval.{tool}");
-            let value = approval(Some(&value), Where::Section(&format!("{label}.{key}")), sink);
+            let value = approval(
+                Some(&value),
+                Where::Section(&format!("{label}.{key}")),
+                sink,
+            );
             (tool, value)
         })
         .collect();
@@ -155,7 +158,11 @@ fn transport(
         );
     }
     if raw.headers.is_some() {
-        sink.key(place, "headers", "only HTTP servers (`url`) take `headers`".into());
+        sink.key(
+            place,
+            "headers",
+            "only HTTP servers (`url`) take `headers`".into(),
+        );
     }
     let env = raw.env.clone().unwrap_or_default();
     for (i, var) in env.iter().enumerate() {
@@ -191,7 +198,10 @@ approval = { "get-sum" = "always" }
         let s = &cfg.mcp["everything"];
         assert_eq!(s.retry.attempts, 2);
         assert_eq!(s.retry.timeout, std::time::Duration::from_secs(10));
-        assert_eq!(s.tools.as_deref(), Some(&["echo".into(), "get-sum".into()][..]));
+        assert_eq!(
+            s.tools.as_deref(),
+            Some(&["echo".into(), "get-sum".into()][..])
+        );
         assert_eq!(s.idempotent, ["echo"]);
         assert_eq!(s.approval["get-sum"], Approval::Always);
         let McpTransport::Stdio { argv, cwd, .. } = &s.transport else {
@@ -215,7 +225,9 @@ approval = { "w" = "sometimes" }
 [mcp.none]
 tools = ["a"]
 "#;
-        let errs = parse(text, Path::new("tools.toml")).unwrap_err().to_string();
+        let errs = parse(text, Path::new("tools.toml"))
+            .unwrap_err()
+            .to_string();
         for needle in [
             "mcp.bad__name: server name must match",
             "mcp.bad__name: set exactly one of `command` (stdio) or `url`",

@@ -3,8 +3,8 @@
 
 pub mod command;
 pub mod http;
-pub mod outcome;
 pub mod mcp;
+pub mod outcome;
 pub mod schema;
 
 use crate::clock::Clock;

@@ -70,7 +70,9 @@ fn time_server() -> bool {
         .stderr(Stdio::null())
         .status();
     if !pip.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: python3 -m pip is not available, so the mcp-server-time tests cannot run");
+        eprintln!(
+            "skipped: python3 -m pip is not available, so the mcp-server-time tests cannot run"
+        );
         return false;
     }
     let found = Command::new("python3")
@@ -145,7 +147,10 @@ fn discovery_names_tools_server_tool_and_a_call_returns_the_servers_answer() {
     one_call(&p, "everything__echo", json!({"message": "hello"}));
     let (run, show) = start(&p);
     run.expect_code(0);
-    assert_eq!(tool_result(&show, "call_0_0"), (json!("Echo: hello"), false));
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("Echo: hello"), false)
+    );
     let check = p.run(&["tools", "check", "--json"]).expect_code(0).json();
     let tools = check["tools"].as_array().expect("tools");
     for name in ["everything__echo", "everything__get-sum"] {
@@ -185,7 +190,10 @@ fn arguments_that_fail_the_discovered_schema_are_malformed_and_never_sent() {
     assert!(is_error);
     assert_eq!(content["error"], "schema_violation", "{content}");
     assert_eq!(content["attempts"], 0);
-    assert!(!p.path().join("fired").exists(), "the call reached the server");
+    assert!(
+        !p.path().join("fired").exists(),
+        "the call reached the server"
+    );
 }
 
 #[test]
@@ -196,8 +204,14 @@ fn a_server_killed_mid_call_is_restarted_and_an_idempotent_call_retried() {
     one_call(&p, "everything__echo", json!({"message": "again"}));
     let (run, show) = start(&p);
     run.expect_code(0);
-    assert!(p.path().join("fired").exists(), "the server was never killed");
-    assert_eq!(tool_result(&show, "call_0_0"), (json!("Echo: again"), false));
+    assert!(
+        p.path().join("fired").exists(),
+        "the server was never killed"
+    );
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("Echo: again"), false)
+    );
     assert_eq!(journal(&show, "call_0_0")["attempts"], 2, "{show:#}");
     let attempts = crate::common::events(&show, "tool_attempt");
     assert_eq!(attempts[0]["error"], "unavailable", "{attempts:#?}");
@@ -250,8 +264,14 @@ fn a_tool_error_from_the_server_is_the_tools_error() {
     let (err, is_error) = tool_result(&show, "call_0_0");
     assert!(is_error, "{err}");
     assert_eq!(err["class"], "permanent", "{err}");
-    assert_eq!(err["attempts"], 1, "a tool's own error is not retried: {err}");
-    assert!(err["message"].as_str().unwrap_or_default().contains("Mars"), "{err}");
+    assert_eq!(
+        err["attempts"], 1,
+        "a tool's own error is not retried: {err}"
+    );
+    assert!(
+        err["message"].as_str().unwrap_or_default().contains("Mars"),
+        "{err}"
+    );
     let (ok, is_error) = tool_result(&show, "call_0_1");
     assert!(!is_error && ok["timezone"] == "Asia/Tokyo", "{ok}");
 }
@@ -271,7 +291,10 @@ fn a_call_over_streamable_http() {
     one_call(&p, "ev__echo", json!({"message": "over http"}));
     let (run, show) = p.start(&[("USER_TAG", "t1")]);
     run.expect_code(0);
-    assert_eq!(tool_result(&show, "call_0_0"), (json!("Echo: over http"), false));
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("Echo: over http"), false)
+    );
     // `${VAR}` header values are read at connect time and never stored.
     assert!(!String::from_utf8_lossy(&p.db_bytes()).contains("agentrun-t1"));
 }
@@ -285,7 +308,8 @@ fn an_mcp_tool_waits_for_approval_and_runs_once_approved() {
     let run = p.run(&["start", "task.md", "--json"]);
     run.expect_code(3);
     let id = escalation_id(&run);
-    p.run(&["escalations", "resolve", &id, "--approve"]).expect_code(0);
+    p.run(&["escalations", "resolve", &id, "--approve"])
+        .expect_code(0);
     let run_id = p.only_run();
     p.run(&["resume", &run_id]).expect_code(0);
     assert_eq!(
@@ -311,8 +335,12 @@ fn a_resumed_run_is_told_clearly_when_the_server_no_longer_offers_a_tool() {
     let run = p.run(&["start", "task.md", "--json"]);
     run.expect_code(3);
     let id = escalation_id(&run);
-    p.write("server.txt", "python3 -m mcp_server_time --local-timezone UTC");
-    p.run(&["escalations", "resolve", &id, "--approve"]).expect_code(0);
+    p.write(
+        "server.txt",
+        "python3 -m mcp_server_time --local-timezone UTC",
+    );
+    p.run(&["escalations", "resolve", &id, "--approve"])
+        .expect_code(0);
     let run_id = p.only_run();
     p.run(&["resume", &run_id]).expect_code(0);
     let (err, is_error) = tool_result(&p.show(&run_id), "call_0_0");
@@ -337,7 +365,10 @@ fn kill_9_of_agentrun_during_an_mcp_call_then_resume() {
     let id = p.only_run();
     p.run(&["resume", &id]).expect_code(0);
     let show = p.show(&id);
-    assert_eq!(tool_result(&show, "call_0_0"), (json!("Echo: survived"), false));
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("Echo: survived"), false)
+    );
 
     // Not idempotent: nothing is re-run; a person is asked what happened.
     let Some(p) = project(Some("agentrun"), "") else {
@@ -348,7 +379,10 @@ fn kill_9_of_agentrun_during_an_mcp_call_then_resume() {
     let id = p.only_run();
     let resumed = p.run(&["resume", &id, "--json"]);
     resumed.expect_code(3);
-    let list = p.run(&["escalations", "list", "--json"]).expect_code(0).json();
+    let list = p
+        .run(&["escalations", "list", "--json"])
+        .expect_code(0)
+        .json();
     assert_eq!(list[0]["kind"], "outcome_unknown", "{list}");
 }
 

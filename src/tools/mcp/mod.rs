@@ -28,7 +28,7 @@ mod server;
 pub use server::Pool;
 
 use crate::config::types::{
-    Approval, McpServer, McpSpec, MCP_SEPARATOR, ToolDef, ToolKind, ToolsConfig,
+    Approval, MCP_SEPARATOR, McpServer, McpSpec, ToolDef, ToolKind, ToolsConfig,
 };
 use crate::config::validate;
 use crate::tools::CallContext;
@@ -74,7 +74,11 @@ impl PartialEq for Link {
 
 impl fmt::Debug for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "Link(pool)" } else { "Link(none)" })
+        f.write_str(if self.0.is_some() {
+            "Link(pool)"
+        } else {
+            "Link(none)"
+        })
     }
 }
 
@@ -261,7 +265,12 @@ pub fn expand_subset(subset: &[String], cfg: &ToolsConfig) -> Vec<String> {
 }
 
 /// One attempt of an MCP tool call, bounded by the tool's per-attempt timeout.
-pub async fn call(spec: &McpSpec, def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> AttemptResult {
+pub async fn call(
+    spec: &McpSpec,
+    def: &ToolDef,
+    args: &Value,
+    ctx: &CallContext<'_>,
+) -> AttemptResult {
     let Some(pool) = &spec.link.0 else {
         let msg = format!("{}: no connection to MCP server {}", def.name, spec.server);
         return Err(ToolError::new(ErrorKind::ToolBug, msg));
@@ -342,7 +351,11 @@ approval = { "add" = "always" }
         let mut f = found(&["echo", "add"]);
         f.get_mut("ev").unwrap()[0].input_schema = json!({"type": "string"});
         let errs = install(&mut cfg, &f, &Link::default()).unwrap_err();
-        assert!(errs[0].message.contains("tool `echo`: input_schema must be an object schema"));
+        assert!(
+            errs[0]
+                .message
+                .contains("tool `echo`: input_schema must be an object schema")
+        );
     }
 
     #[test]

@@ -35,7 +35,10 @@ pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> Attemp
                 }
                 _ => ErrorKind::ToolBug,
             };
-            Err(ToolError::new(kind, format!("{name}: {message} (JSON-RPC {code})")))
+            Err(ToolError::new(
+                kind,
+                format!("{name}: {message} (JSON-RPC {code})"),
+            ))
         }
         CallEnded::Unreachable {
             message,
@@ -53,7 +56,8 @@ pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> Attemp
                 "MCP server {} went away during the call ({message}); it is restarted for the next attempt",
                 spec.server
             );
-            Err(unknown(what.clone()).unwrap_or_else(|| ToolError::new(ErrorKind::Unavailable, what)))
+            Err(unknown(what.clone())
+                .unwrap_or_else(|| ToolError::new(ErrorKind::Unavailable, what)))
         }
         CallEnded::TimedOut => {
             let limit = humantime::format_duration(def.retry.timeout);
@@ -133,10 +137,10 @@ fn named_error(tool: &str, content: &Value) -> Option<ToolError> {
         );
         return Some(ToolError::new(ErrorKind::ToolBug, msg));
     }
-    let message = content
-        .get("message")
-        .and_then(Value::as_str)
-        .map_or_else(|| format!("{tool} reported {}", kind.as_str()), str::to_string);
+    let message = content.get("message").and_then(Value::as_str).map_or_else(
+        || format!("{tool} reported {}", kind.as_str()),
+        str::to_string,
+    );
     let mut err = ToolError::new(kind, message);
     err.retry_after = content
         .get("retry_after")
@@ -223,7 +227,10 @@ mod tests {
         assert_eq!(err("boom").kind, ErrorKind::ToolBug);
         assert_eq!(err("boom").message, "ev__echo: boom");
         let named = err(r#"{"error": "not_found", "message": "no such order"}"#);
-        assert_eq!((named.kind, named.message.as_str()), (ErrorKind::NotFound, "no such order"));
+        assert_eq!(
+            (named.kind, named.message.as_str()),
+            (ErrorKind::NotFound, "no such order")
+        );
         assert_eq!(err(r#"{"error": "circuit_open"}"#).kind, ErrorKind::ToolBug);
     }
 
@@ -258,6 +265,10 @@ mod tests {
     #[test]
     fn long_output_is_cut_with_a_note() {
         let v = capped(json!("x".repeat(100)), 64);
-        assert!(v.as_str().unwrap().ends_with("[output cut at 64 bytes of 100]"));
+        assert!(
+            v.as_str()
+                .unwrap()
+                .ends_with("[output cut at 64 bytes of 100]")
+        );
     }
 }

@@ -18,10 +18,10 @@
 
 use super::DiscoveredTool;
 use crate::config::types::{McpServer, McpTransport};
+use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::ServiceExt;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -51,19 +51,29 @@ pub struct CallRequest {
 pub enum CallEnded {
     /// The server answered the call; `CallToolResult` as JSON. `restarted`: the server
     /// was (re)started for this attempt.
-    Answered { result: Value, restarted: bool },
+    Answered {
+        result: Value,
+        restarted: bool,
+    },
     /// A JSON-RPC error response.
-    Rpc { code: i32, message: String },
+    Rpc {
+        code: i32,
+        message: String,
+    },
     /// Nothing was sent: the server could not be started or reached.
     Unreachable {
         message: String,
         retry_after: Option<Duration>,
     },
     /// The server went away after the request was sent.
-    Lost { message: String },
+    Lost {
+        message: String,
+    },
     TimedOut,
     /// The server's current tool list lacks the tool.
-    NotOffered { offered: Vec<String> },
+    NotOffered {
+        offered: Vec<String>,
+    },
 }
 
 enum Request {
@@ -105,15 +115,23 @@ impl Pool {
     }
 
     /// Starts `server` if needed and returns its tools (blocking).
-    pub fn list_blocking(&self, server: &str, timeout: Duration) -> Result<Vec<DiscoveredTool>, String> {
+    pub fn list_blocking(
+        &self,
+        server: &str,
+        timeout: Duration,
+    ) -> Result<Vec<DiscoveredTool>, String> {
         let (reply, rx) = std::sync::mpsc::channel();
         let request = Request::List {
             server: server.to_string(),
             reply,
         };
         self.send(request)?;
-        rx.recv_timeout(timeout)
-            .map_err(|_| format!("no tool list within {}", humantime::format_duration(timeout)))?
+        rx.recv_timeout(timeout).map_err(|_| {
+            format!(
+                "no tool list within {}",
+                humantime::format_duration(timeout)
+            )
+        })?
     }
 
     pub async fn call(&self, call: CallRequest) -> CallEnded {
@@ -163,8 +181,15 @@ fn kill_group(pgid: i32) {
 }
 
 /// The pool thread: one task per request, one lock per server.
-fn serve(servers: BTreeMap<String, McpServer>, mut rx: mpsc::UnboundedReceiver<Request>, groups: Groups) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+fn serve(
+    servers: BTreeMap<String, McpServer>,
+    mut rx: mpsc::UnboundedReceiver<Request>,
+    groups: Groups,
+) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
         return; // every request then fails "not running"
     };
     rt.block_on(async move {
@@ -316,12 +341,14 @@ impl State {
             });
         }
         match tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await {
-            Ok(Ok(())) => Ok(self.service.as_ref().map(|s| s.peer().clone()).ok_or_else(|| {
-                CallEnded::Unreachable {
+            Ok(Ok(())) => Ok(self
+                .service
+                .as_ref()
+                .map(|s| s.peer().clone())
+                .ok_or_else(|| CallEnded::Unreachable {
                     message: "server stopped while starting".into(),
                     retry_after: None,
-                }
-            })?),
+                })?),
             Ok(Err(e)) => {
                 let why = self.crashed();
                 Err(CallEnded::Unreachable {
@@ -367,7 +394,9 @@ impl State {
                 if let Some(pipe) = stderr {
                     tokio::spawn(keep_tail(pipe, self.stderr.clone()));
                 }
-                ().serve(transport).await.map_err(|e| self.with_stderr(e.to_string()))?
+                ().serve(transport)
+                    .await
+                    .map_err(|e| self.with_stderr(e.to_string()))?
             }
             McpTransport::Http { url, headers } => {
                 let client = http_client(headers)?;
@@ -525,6 +554,9 @@ mod tests {
     fn header_templates_read_the_environment() {
         assert_eq!(expand_env("plain").unwrap(), "plain");
         let missing = expand_env("Bearer ${AGENTRUN_TEST_SURELY_UNSET_VAR}").unwrap_err();
-        assert_eq!(missing, "header needs ${AGENTRUN_TEST_SURELY_UNSET_VAR}, which is not set");
+        assert_eq!(
+            missing,
+            "header needs ${AGENTRUN_TEST_SURELY_UNSET_VAR}, which is not set"
+        );
     }
 }
