@@ -7,6 +7,7 @@
 //! one-line [`ConfigError`] naming the file, the tool and the key.
 
 mod mcp;
+pub mod preflight;
 mod raw;
 mod resolve;
 pub mod types;

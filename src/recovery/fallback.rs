@@ -20,7 +20,9 @@
 //! hops' own chains, so a chain cannot loop.
 //!
 //! A hop's failure moves on to the next hop (a cache miss is a reason to try a mirror),
-//! except a denial (`permission_denied`, `approval_denied`), which ends the chain. When
+//! except a denial (`permission_denied`, `approval_denied`), which ends the chain, and
+//! an `outcome_unknown` (a hop that is not idempotent timed out: it may have acted, so
+//! nothing further runs). When
 //! no hop succeeds the call fails with `all_tools_failed`, naming every tool tried.
 
 use super::retry::call_with_retry;
@@ -42,7 +44,7 @@ pub fn triggers(kind: ErrorKind) -> bool {
 fn ends_chain(kind: ErrorKind) -> bool {
     matches!(
         kind,
-        ErrorKind::PermissionDenied | ErrorKind::ApprovalDenied
+        ErrorKind::PermissionDenied | ErrorKind::ApprovalDenied | ErrorKind::OutcomeUnknown
     )
 }
 

@@ -3,15 +3,34 @@
 //! capped by `max_backoff`); every other failure gets exactly one attempt, because
 //! retrying "not found" or "permission denied" cannot change the answer.
 //!
+//! A tool that is not `idempotent` is retried only after a failure that proves it did
+//! not act ([`ToolError::not_acted`]); any other transient failure ends the call as
+//! `outcome_unknown`, which the loop handles exactly as a call lost in a crash.
+//!
 //! Each attempt and each wait is reported as a trace event.
 
 use crate::backoff;
 use crate::config::types::ToolDef;
-use crate::tools::outcome::{AttemptResult, ToolError};
+use crate::tools::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::tools::{CallContext, attempt};
 use crate::trace::TraceEvent;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+
+/// A transient failure of a tool that is not idempotent, which does not prove the tool
+/// did not act (a timeout, a reset after sending, 500/502/504): retrying could repeat
+/// its effect, so it is not retried and its outcome is unknown, as after a crash.
+fn unknown_outcome(def: &ToolDef, e: ToolError) -> ToolError {
+    ToolError::new(
+        ErrorKind::OutcomeUnknown,
+        format!(
+            "{} ({}); {} is not idempotent, so it was not retried: it is unknown whether it took effect",
+            e.message,
+            e.kind.as_str(),
+            def.name
+        ),
+    )
+}
 
 /// Returns the final attempt's result and the number of attempts made.
 pub async fn call_with_retry(
@@ -27,8 +46,11 @@ pub async fn call_with_retry(
         let started = Instant::now();
         let result = attempt(def, args, ctx).await;
         emit_attempt(def, ctx, made, started.elapsed(), &result);
-        let err = match &result {
-            Err(e) if e.kind.is_retryable() && made < max => e,
+        let err = match result {
+            Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
+                return (Err(unknown_outcome(def, e)), made);
+            }
+            Err(ref e) if e.kind.is_retryable() && made < max => e,
             _ => return (result, made),
         };
         let delay = backoff::delay(

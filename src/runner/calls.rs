@@ -52,6 +52,8 @@ pub struct CallInput<'a> {
     /// The latest decided escalation for this call, if any.
     pub decision: Option<&'a EscalationRow>,
     pub state: &'a LoopState,
+    /// Names of the tools offered to the model in this step; only these may run.
+    pub offered: &'a [String],
     pub messages: &'a [Message],
     pub events: &'a EventBuffer,
 }
@@ -69,6 +71,19 @@ impl Runner {
                 .filter(|d| d.kind == kind)
                 .and_then(|d| d.resolution.as_ref())
         };
+        if !c.offered.contains(&c.call.name) {
+            // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
+            // step (outside the task's subset, withdrawn, or the run is degraded) is
+            // as unknown to the model as one never defined (issue 12).
+            let err = ToolError::new(
+                ErrorKind::UnknownTool,
+                format!("no tool named `{}` is available in this step", c.call.name),
+            );
+            return Ok(CallResult::Done {
+                record: self.record_from(c.call, Err(err), 0),
+                fresh: true,
+            });
+        }
         if c.call.name == ASK_USER {
             return self.ask_user(&c, decided(EscalationKind::Question));
         }
@@ -99,6 +114,11 @@ impl Runner {
         let exec = self.execute(&c, &args, c.decision).await;
         fault::point("after_tool_effect");
         match exec {
+            Execution::Done(outcome)
+                if outcome.error == Some(ErrorKind::OutcomeUnknown) && outcome.via.is_none() =>
+            {
+                self.unknown_now(&c, def, outcome, modified)
+            }
             Execution::Done(outcome) => Ok(CallResult::Done {
                 record: record_of(c.call, outcome, modified),
                 fresh: true,
@@ -119,9 +139,11 @@ impl Runner {
         }
         let outcome = match d.resolution.as_ref()? {
             Resolution::Approve => {
+                let key = self.call_key(&c.call.id);
                 let ctx = CallContext {
                     run_id: self.run_id().as_str(),
                     call_id: &c.call.id,
+                    key: &key,
                     clock: self.clock.as_ref(),
                     events: c.events,
                 };
@@ -165,9 +187,11 @@ impl Runner {
         args: &Value,
         decision: Option<&EscalationRow>,
     ) -> Execution {
+        let key = self.call_key(&c.call.id);
         let ctx = CallContext {
             run_id: self.run_id().as_str(),
             call_id: &c.call.id,
+            key: &key,
             clock: self.clock.as_ref(),
             events: c.events,
         };
@@ -290,6 +314,52 @@ impl Runner {
             record: self.record_from(c.call, content, 0),
             fresh: true,
         })
+    }
+
+    /// `AGENTRUN_CALL_ID` for a call of this run.
+    fn call_key(&self, call_id: &str) -> String {
+        crate::tools::idempotency_key(
+            self.run_id().as_str(),
+            &self.resolved.snapshot.call_salt,
+            call_id,
+        )
+    }
+
+    /// A non-idempotent call whose attempt ended without proof that it did not act
+    /// (a timeout, a reset, 500/502/504): handled exactly as a call lost in a crash —
+    /// the journal keeps it started without an outcome, and the run escalates, or the
+    /// model is told when the tool says `on_unknown = "tell_model"`.
+    fn unknown_now(
+        &self,
+        c: &CallInput<'_>,
+        def: Option<&ToolDef>,
+        outcome: CallOutcome,
+        modified: Option<Value>,
+    ) -> Result<CallResult, StoreError> {
+        let message = outcome.content["message"]
+            .as_str()
+            .unwrap_or("it is unknown whether the call took effect")
+            .to_string();
+        c.events.emit(TraceEvent::Note {
+            kind: "outcome_unknown".into(),
+            message: message.clone(),
+        });
+        if def.is_some_and(|d| d.on_unknown == OnUnknown::TellModel) {
+            let mut record = record_of(c.call, outcome, modified);
+            record.status = CallStatus::Unknown;
+            return Ok(CallResult::Done {
+                record,
+                fresh: true,
+            });
+        }
+        let facts = json!({"call_id": c.call.id, "tool": c.call.name, "args": c.call.args});
+        self.pause(
+            c,
+            EscalationKind::OutcomeUnknown,
+            message,
+            facts,
+            RunStatus::Escalated,
+        )
     }
 
     /// A call that was started but has no outcome (the process died during it).

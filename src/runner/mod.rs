@@ -165,6 +165,11 @@ impl Runner {
         } else {
             (HashMap::new(), HashMap::new())
         };
+        let offered: Vec<String> = self
+            .offered_tools(&lp.state)
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
         let mut new_messages = vec![assistant];
         let mut plan = StepPlan::default();
         let mut last_fresh = None;
@@ -175,6 +180,7 @@ impl Runner {
                 entry: journal.get(&call.id),
                 decision: decisions.get(&call.id),
                 state: &next,
+                offered: &offered,
                 messages: &lp.messages,
                 events: &events,
             };

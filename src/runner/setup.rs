@@ -56,6 +56,10 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub mcp_tools: mcp::Discovered,
     pub max_output_tokens: u32,
+    /// Random per-run salt for `AGENTRUN_CALL_ID` (issue 12): with it the key is unique
+    /// across databases even should two run ids collide. Empty for runs started before.
+    #[serde(default)]
+    pub call_salt: String,
 }
 
 /// A validated snapshot, ready to drive.
@@ -128,6 +132,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         tool_subset: task.tools.clone(),
         mcp_tools,
         max_output_tokens: MAX_OUTPUT_TOKENS,
+        call_salt: format!("{:016x}", rand::random::<u64>()),
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();

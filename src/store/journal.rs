@@ -10,11 +10,30 @@
 //!    rides in (a lost commit just runs that call again)
 //! 4. the step commit: the step's messages, the loop state and the run's counters.
 //!
-//! So a step with one idempotent call costs two commits, with one non-idempotent call
-//! four, and a final-answer step one.
+//! **What each write costs, and what a power cut can cost (issue 14).** Only (2) and
+//! (4) are fsynced ([`Durability::PowerCut`]); (1) and (3) are
+//! [`Durability::Process`]: they survive a killed process at once, and a power cut
+//! as soon as the next fsynced commit returns (see the module doc of `store`). So a
+//! step with idempotent calls costs one fsync (the step commit), a step with
+//! non-idempotent calls one more per such call (its started mark, which also makes
+//! the response journaled before it durable), and a final-answer step one.
+//!
+//! A killed process loses nothing that was committed. A power cut (or an OS crash)
+//! rolls the database back to its last fsynced commit, which can cost, for the one
+//! step that was in flight:
+//! - its model turn, asked again (and paid again) on resume — at most one turn;
+//! - its idempotent calls' outcomes: they run again, with the same
+//!   `AGENTRUN_CALL_ID` (what `idempotent = true` allows);
+//! - the outcome of a non-idempotent call that finished after its started mark: the
+//!   mark is durable (fsynced before the call ran), so the call is *not* run again;
+//!   it is handled as `outcome_unknown` (escalated, or told to the model), exactly as
+//!   after a crash while it ran;
+//! - its trace events.
+//!
+//! It never costs a committed step, and never repeats a non-idempotent call.
 
 use super::runs::check_lease;
-use super::{Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
+use super::{Durability, Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
 use crate::model::{Message, ModelResponse, Role};
 use crate::trace::TraceEvent;
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -113,6 +132,8 @@ pub struct StepCommit<'a> {
 
 impl Store {
     /// Journals a model response for `step` with its tool calls as pending rows.
+    /// Not fsynced ([`Durability::Process`]): the step commit, or an earlier started
+    /// mark, makes it durable against a power cut.
     pub fn record_model_turn(
         &self,
         lease: &Lease,
@@ -121,7 +142,7 @@ impl Store {
         events: &[TraceEvent],
     ) -> Result<()> {
         let json = serde_json::to_string(response).map_err(|e| corrupt(&lease.run, e))?;
-        self.write(|tx| {
+        self.write_as(Durability::Process, |tx| {
             check_lease(tx, lease)?;
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO model_turns (run_id, step, response) VALUES (?1, ?2, ?3)",
@@ -159,6 +180,9 @@ impl Store {
             .transpose()
     }
 
+    /// Marks a call as begun, durably ([`Durability::PowerCut`]): it returns only once
+    /// the mark (and everything journaled before it) survives a power cut, so a call
+    /// that may have had its effect is never taken for one that did not run.
     pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
         self.write(|tx| {
             check_lease(tx, lease)?;
@@ -177,7 +201,9 @@ impl Store {
         record: &CallRecord,
         events: &[TraceEvent],
     ) -> Result<()> {
-        self.write(|tx| {
+        // Not fsynced: lost only to a power cut, after which an idempotent call runs
+        // again and a non-idempotent one (its started mark durable) is outcome_unknown.
+        self.write_as(Durability::Process, |tx| {
             check_lease(tx, lease)?;
             update_call(tx, &lease.run, step, record)?;
             insert_events(tx, &lease.run, step, events)
@@ -294,31 +320,43 @@ impl Store {
     }
 
     pub fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>> {
+        let mut out = Vec::new();
+        self.each_message(run, |m| {
+            out.push(m);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Hands the run's messages to `f` one at a time, in order, as they are read:
+    /// memory stays that of one message however long the run, and the first one
+    /// arrives after one index lookup (for streaming `runs show`, issue 14). The
+    /// connection is held until the last, so `f` must not use this store.
+    pub fn each_message(
+        &self,
+        run: &RunId,
+        mut f: impl FnMut(StoredMessage) -> Result<()>,
+    ) -> Result<()> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
             "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
         )?;
-        let rows = stmt.query_map([&run.0], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, u32>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, step, role, content) = row?;
+        let mut rows = stmt.query([&run.0])?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(0)?;
+            let step: u32 = r.get(1)?;
+            let role = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
             let role: Role =
-                serde_json::from_value(Value::String(role)).map_err(|e| corrupt(run, e))?;
-            let content = serde_json::from_str(&content).map_err(|e| corrupt(run, e))?;
-            out.push(StoredMessage {
+                serde_json::from_value(Value::String(role.into())).map_err(|e| corrupt(run, e))?;
+            let content = r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
+            let content = serde_json::from_str(content).map_err(|e| corrupt(run, e))?;
+            f(StoredMessage {
                 seq,
                 step,
                 message: Message { role, content },
-            });
+            })?;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The tool-call journal of a run, in call order.

@@ -7,6 +7,19 @@
 //! behalf of a running loop carries the run's lease token, so a process that lost its
 //! lease cannot write late (fencing).
 //!
+//! **One fsync per step (issue 14).** Each write says how far it must survive
+//! ([`Durability`]). Step commits, "started" marks and everything outside the step
+//! path are `synchronous=FULL`: the commit returns after the WAL is fsynced. The
+//! within-step journal (the model's response, a call's outcome) is committed with
+//! `synchronous=NORMAL`: no fsync of its own. That is safe because of how WAL works:
+//! commits append frames to one file in order, a later commit's fsync flushes the
+//! whole file (so every earlier frame with it), and recovery after a power cut keeps
+//! the longest prefix of whole, checksummed transactions. So a NORMAL commit survives
+//! a killed process at once (it is in the OS's page cache) and a power cut as soon as
+//! the next FULL commit returns; a power cut before that rolls back only a suffix of
+//! the journal, never a hole in it. What a power cut can then cost is listed in the
+//! module doc of `journal.rs` and in the README ("Durability").
+//!
 //! Damaged storage is reported, never repaired or overwritten (issue 6): a file that is
 //! not SQLite, a damaged (e.g. truncated) one, a read-only one, or one another process
 //! keeps locked past the busy timeout each get their own error, which the command layer
@@ -24,6 +37,7 @@ pub use runs::{Lease, NewRun, RunRow, RunStatus};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -110,9 +124,23 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// How long a write waits for another process's write lock before giving up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How far a write must survive once its commit returns (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: fsynced before the commit returns; survives a power cut.
+    PowerCut,
+    /// `synchronous=NORMAL`: survives a killed process at once, and a power cut once
+    /// the next [`Durability::PowerCut`] commit of this database returns.
+    Process,
+}
+
 pub struct Store {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// The connection's current `synchronous` level (true: FULL). Read and changed
+    /// only while `conn` is locked; it saves a pragma when two writes in a row want
+    /// the same level.
+    sync_full: AtomicBool,
     busy_timeout: Duration,
     /// See [`runs::LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
     lease_ttl_ms: i64,
@@ -122,6 +150,17 @@ impl Store {
     /// Opens (creating when `create` is set) the database at `path` and migrates it.
     /// A file that is not SQLite is reported and never written to.
     pub fn open(path: &Path, create: bool) -> Result<Store> {
+        Store::open_in(path, create, None)
+    }
+
+    /// [`Store::open`] through a registered SQLite VFS instead of the default one:
+    /// how tests put a counter under the file layer to count the fsyncs a step costs
+    /// (`tests/it/syncs.rs`). Production code uses [`Store::open`].
+    pub fn open_with_vfs(path: &Path, create: bool, vfs: &str) -> Result<Store> {
+        Store::open_in(path, create, Some(vfs))
+    }
+
+    fn open_in(path: &Path, create: bool, vfs: Option<&str>) -> Result<Store> {
         let open_err = |message: String| StoreError::Open {
             path: path.to_path_buf(),
             message,
@@ -139,13 +178,18 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| open_err(e.to_string()))?;
+        let conn = match vfs {
+            None => Connection::open_with_flags(path, flags),
+            Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+        }
+        .map_err(|e| open_err(e.to_string()))?;
         if !existed {
             restrict_permissions(path);
         }
         let store = Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            sync_full: AtomicBool::new(true),
             busy_timeout: BUSY_TIMEOUT,
             lease_ttl_ms: runs::LEASE_TTL_MS,
         };
@@ -230,9 +274,32 @@ impl Store {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`.
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`, durable against a power cut.
     fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.write_as(Durability::PowerCut, f)
+    }
+
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT` at the given durability.
+    fn write_as<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
         let mut conn = self.lock();
+        // SQLite refuses to change the level inside a transaction, so it is set here,
+        // before BEGIN, and only when it differs from the last write's.
+        let full = durability == Durability::PowerCut;
+        if self.sync_full.load(Ordering::Relaxed) != full {
+            let pragma = if full {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            conn.prepare_cached(pragma)
+                .and_then(|mut s| s.execute([]))
+                .map_err(|e| self.classify(e))?;
+            self.sync_full.store(full, Ordering::Relaxed);
+        }
         // BEGIN IMMEDIATE takes the write lock up front, so it is the one place a
         // write waits for another process (and times out as `Locked`).
         let tx = conn

@@ -185,8 +185,10 @@ impl Store {
     }
 
     /// Refreshes the lease's heartbeat; fails when another process took the run.
+    /// Not fsynced: a heartbeat only says the holder is alive now, which a power cut
+    /// makes false anyway.
     pub fn heartbeat(&self, lease: &Lease) -> Result<()> {
-        self.write(|tx| check_lease(tx, lease))
+        self.write_as(super::Durability::Process, |tx| check_lease(tx, lease))
     }
 
     /// Sets a run's status outside a step commit (interrupted, failed, escalated).
@@ -259,19 +261,46 @@ impl Store {
 
     /// Runs, newest first, optionally only those with `status`.
     pub fn list_runs(&self, status: Option<RunStatus>) -> Result<Vec<RunRow>> {
+        self.recent_runs(status, None)
+    }
+
+    /// The `limit` newest runs (all with `None`), optionally only those with `status`.
+    ///
+    /// Walks `runs_by_created` backwards (its entries are `(created_at, rowid)`, so
+    /// the order needs no sort) and stops after `limit` matches: the cost is that of
+    /// the rows returned, not of the table — `runs list --limit 20` on 100,000 runs
+    /// reads 20 rows (issue 14; `tests/it/scale.rs` pins the plan).
+    pub fn recent_runs(
+        &self,
+        status: Option<RunStatus>,
+        limit: Option<u32>,
+    ) -> Result<Vec<RunRow>> {
         let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1)
-             ORDER BY created_at DESC, rowid DESC"
-        ))?;
-        let rows = stmt.query_map([status.map(RunStatus::as_str)], run_row)?;
+        let mut stmt = conn.prepare_cached(RECENT_RUNS)?;
+        let limit = limit.map_or(-1, i64::from);
+        let rows = stmt.query_map(params![status.map(RunStatus::as_str), limit], run_row)?;
         let mut out = Vec::new();
         for row in rows {
             out.push(row??);
         }
         Ok(out)
     }
+
+    /// SQLite's plan for [`Store::recent_runs`], one line per step: for tests that
+    /// pin that it reads the index in order rather than sorting the table.
+    pub fn recent_runs_plan(&self) -> Result<Vec<String>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {RECENT_RUNS}"))?;
+        let rows = stmt.query_map(params![Option::<&str>::None, 20], |r| r.get::<_, String>(3))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
 }
+
+/// A negative LIMIT is no limit in SQLite.
+const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
+     input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at \
+     FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
+     ORDER BY created_at DESC, rowid DESC LIMIT ?2";
 
 /// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
 /// the heartbeat as a side effect (every write proves the holder is alive).

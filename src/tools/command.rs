@@ -117,7 +117,7 @@ fn build(spec: &CommandSpec, ctx: &CallContext<'_>) -> Result<tokio::process::Co
         .env_clear()
         .envs(child_env(std::env::vars_os(), &spec.env))
         .env("AGENTRUN_RUN_ID", ctx.run_id)
-        .env("AGENTRUN_CALL_ID", ctx.call_id)
+        .env("AGENTRUN_CALL_ID", ctx.key)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -232,7 +232,13 @@ fn classify(tool: &str, status: ExitStatus, out: &Captured, err: &Captured) -> A
         message.push_str(": ");
         message.push_str(&stderr);
     }
-    Err(ToolError::new(kind, message))
+    let err = ToolError::new(kind, message);
+    // sysexits 75/69 say "not done, try later": proof enough to retry a tool that is
+    // not idempotent (DESIGN §3 Retries).
+    Err(match status.code() {
+        Some(69 | 75) => err.not_acted(),
+        _ => err,
+    })
 }
 
 /// The kind for a non-zero sysexits code.
@@ -264,6 +270,8 @@ fn self_report(tool: &str, v: &Value, stderr: &str) -> Option<ToolError> {
         return Some(ToolError::new(ErrorKind::ToolBug, msg));
     }
     let mut err = ToolError::new(kind, message);
+    // A tool that says it is rate limited or unavailable says it did not act.
+    err.not_acted = matches!(kind, ErrorKind::RateLimited | ErrorKind::Unavailable);
     err.retry_after = v
         .get("retry_after")
         .and_then(Value::as_f64)

@@ -72,7 +72,11 @@ pub async fn run(
 fn client() -> Result<&'static Client, ToolError> {
     static CLIENT: OnceLock<Result<Client, String>> = OnceLock::new();
     CLIENT
-        .get_or_init(|| Client::builder().build().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            crate::net::client_builder()
+                .build()
+                .map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| {
             ToolError::new(
@@ -248,10 +252,15 @@ fn classify(
     if kind.is_retryable() {
         err.retry_after = retry_after;
     }
+    // 429 and 503 refuse the request; 500, 502, 504 and 408 may come after it acted.
+    err.not_acted = matches!(status.as_u16(), 429 | 503);
     Err(err)
 }
 
 fn transport_error(tool: &str, timeout: Duration, e: &reqwest::Error) -> ToolError {
+    if let Some(refused) = crate::net::redirect_refused(e) {
+        return ToolError::new(ErrorKind::Redirect, format!("{tool}: {refused}"));
+    }
     if e.is_timeout() {
         let limit = humantime::format_duration(timeout);
         return ToolError::new(ErrorKind::Timeout, format!("{tool} exceeded {limit}"));
@@ -261,7 +270,10 @@ fn transport_error(tool: &str, timeout: Duration, e: &reqwest::Error) -> ToolErr
     } else {
         ErrorKind::Unavailable
     };
-    ToolError::new(kind, format!("{tool}: {}", error_chain(e)))
+    let err = ToolError::new(kind, format!("{tool}: {}", error_chain(e)));
+    // A failure to connect happens before any byte of the request is sent; a reset or
+    // a broken body afterwards may come after the server acted.
+    if e.is_connect() { err.not_acted() } else { err }
 }
 
 /// "outer: cause: root cause" — reqwest's own Display stops at the outermost layer.

@@ -40,6 +40,8 @@ pub enum ErrorKind {
     PermissionDenied,
     Conflict,
     ToolBug,
+    /// An HTTP tool was redirected to another origin (or in a loop): never followed.
+    Redirect,
     // malformed: no call was made
     SchemaViolation,
     UnknownTool,
@@ -55,7 +57,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::Unavailable,
@@ -65,6 +67,7 @@ impl ErrorKind {
         ErrorKind::PermissionDenied,
         ErrorKind::Conflict,
         ErrorKind::ToolBug,
+        ErrorKind::Redirect,
         ErrorKind::SchemaViolation,
         ErrorKind::UnknownTool,
         ErrorKind::CircuitOpen,
@@ -79,7 +82,7 @@ impl ErrorKind {
         use ErrorKind::*;
         match self {
             Timeout | RateLimited | Unavailable | ServerError => ErrorClass::Transient,
-            InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug
+            InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug | Redirect
             | OutcomeUnknown | AllToolsFailed => ErrorClass::Permanent,
             SchemaViolation | UnknownTool => ErrorClass::Malformed,
             CircuitOpen | ApprovalDenied | Budget | ToolDisabled => ErrorClass::Guard,
@@ -102,6 +105,7 @@ impl ErrorKind {
             PermissionDenied => "permission_denied",
             Conflict => "conflict",
             ToolBug => "tool_bug",
+            Redirect => "redirect",
             SchemaViolation => "schema_violation",
             UnknownTool => "unknown_tool",
             CircuitOpen => "circuit_open",
@@ -125,6 +129,9 @@ pub struct ToolError {
     pub message: String,
     /// The service's requested delay before the next attempt.
     pub retry_after: Option<Duration>,
+    /// The failure proves the tool did not act (exit 75/69, HTTP 429/503, connection
+    /// refused before sending): only then is a non-idempotent tool retried (issue 12).
+    pub not_acted: bool,
 }
 
 impl ToolError {
@@ -133,7 +140,14 @@ impl ToolError {
             kind,
             message: message.into(),
             retry_after: None,
+            not_acted: false,
         }
+    }
+
+    /// Marks the failure as proof that the tool did not act.
+    pub fn not_acted(mut self) -> Self {
+        self.not_acted = true;
+        self
     }
 
     /// The JSON object the model sees for this failure (DESIGN §4).

@@ -19,7 +19,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 /// code on line N of `codes` for the Nth call (0 prints the success output).
 const EXIT_TOOL: &str = r#"#!/bin/sh
 cat > /dev/null
-echo "$AGENTRUN_CALL_ID" >> calls.log
+echo "${AGENTRUN_CALL_ID##*:}" >> calls.log
 n=$(wc -l < calls.log)
 code=$(sed -n "${n}p" codes)
 [ -z "$code" ] && code=$(tail -n 1 codes)
@@ -282,6 +282,7 @@ input_schema = { type = "object" }
 command = ["sh", "hang.sh"]
 timeout = "300ms"
 attempts = 2
+idempotent = true
 "#,
     );
     p.model_script(json!([{"tool_calls": [{"name": "hang"}]}, {"text": "gave up"}]));
@@ -644,7 +645,7 @@ fn http_403_and_404_are_tried_once() {
 
 #[test]
 fn a_slow_http_response_times_out_on_every_attempt() {
-    let case = HttpCase::get("timeout = \"300ms\"\nattempts = 2");
+    let case = HttpCase::get("timeout = \"300ms\"\nattempts = 2\nidempotent = true");
     case.answer(vec![ok_item().set_delay(Duration::from_secs(20))]);
     let started = Instant::now();
     let (run, show) = case.start();

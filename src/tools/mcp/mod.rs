@@ -10,12 +10,13 @@
 //! - `isError` → the tool's error; its kind when the server names one
 //!   (`{"error": KIND, ...}` as structured content or text), else `tool_bug`;
 //! - JSON-RPC "invalid params" → `invalid_arguments`; "method not found" → `not_found`;
-//! - the server could not be reached or started → `unavailable` (transient: nothing
-//!   was sent, so it is retried whatever the tool);
-//! - the server died or timed out during the call → transient (`unavailable`,
-//!   `timeout`) for a tool declared `idempotent`; for any other tool the outcome is
-//!   unknown, so the attempt ends `outcome_unknown` and is never retried
-//!   automatically (DESIGN §3, "Retries").
+//!   "internal error" → `server_error`; any other code → `tool_bug`;
+//! - the server could not be reached or started → `unavailable`, marked as proof the
+//!   tool did not act (nothing was sent), so it is retried whatever the tool;
+//! - the server died or timed out during the call → `unavailable` / `timeout`, without
+//!   that proof: the retry layer retries it only for a tool declared `idempotent`; for
+//!   any other tool the outcome is unknown and the loop escalates (or tells the model,
+//!   `on_unknown = "tell_model"`) exactly as after a crash (DESIGN §3, "Retries").
 //!
 //! Servers are started once per run by [`server::Pool`] (on a thread of their own, so a
 //! run's connection outlives the short runtime used for discovery), restarted after a
@@ -289,10 +290,10 @@ pub async fn call(
     result::attempt_result(def, spec, ended)
 }
 
-/// The same key command tools get as `AGENTRUN_CALL_ID`: stable across retries and
-/// resumes of the call.
+/// The same key command tools get as `AGENTRUN_CALL_ID`: unique across runs, stable
+/// across retries and resumes of the call.
 fn idempotency_key(ctx: &CallContext<'_>) -> String {
-    ctx.call_id.to_string()
+    ctx.key.to_string()
 }
 
 #[cfg(test)]

@@ -12,27 +12,15 @@ const INTERNAL_ERROR: i32 = -32603;
 
 pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> AttemptResult {
     let name = &def.name;
-    let unknown = |what: String| {
-        if def.idempotent {
-            None
-        } else {
-            Some(ToolError::new(
-                ErrorKind::OutcomeUnknown,
-                format!("{what}; it is unknown whether {name} took effect, so it is not retried"),
-            ))
-        }
-    };
     match ended {
         CallEnded::Answered { result, .. } => answered(def, spec, &result),
         CallEnded::Rpc { code, message } => {
             let kind = match code {
                 INVALID_PARAMS => ErrorKind::InvalidArguments,
                 METHOD_NOT_FOUND => ErrorKind::NotFound,
-                INTERNAL_ERROR => {
-                    let what = format!("MCP server {} failed internally: {message}", spec.server);
-                    return Err(unknown(what.clone())
-                        .unwrap_or_else(|| ToolError::new(ErrorKind::ServerError, what)));
-                }
+                // Like HTTP 500: transient, and for a tool that is not idempotent the
+                // retry layer makes it `outcome_unknown` (it may have acted).
+                INTERNAL_ERROR => ErrorKind::ServerError,
                 _ => ErrorKind::ToolBug,
             };
             Err(ToolError::new(
@@ -40,6 +28,7 @@ pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> Attemp
                 format!("{name}: {message} (JSON-RPC {code})"),
             ))
         }
+        // Nothing was sent: safe to retry whatever the tool.
         CallEnded::Unreachable {
             message,
             retry_after,
@@ -47,22 +36,25 @@ pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> Attemp
             let mut err = ToolError::new(
                 ErrorKind::Unavailable,
                 format!("MCP server {}: {message}", spec.server),
-            );
+            )
+            .not_acted();
             err.retry_after = retry_after;
             Err(err)
         }
-        CallEnded::Lost { message } => {
-            let what = format!(
+        // Sent, then lost: retried only when idempotent (the retry layer decides).
+        CallEnded::Lost { message } => Err(ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
                 "MCP server {} went away during the call ({message}); it is restarted for the next attempt",
                 spec.server
-            );
-            Err(unknown(what.clone())
-                .unwrap_or_else(|| ToolError::new(ErrorKind::Unavailable, what)))
-        }
+            ),
+        )),
         CallEnded::TimedOut => {
             let limit = humantime::format_duration(def.retry.timeout);
-            let what = format!("{name} exceeded {limit}");
-            Err(unknown(what.clone()).unwrap_or_else(|| ToolError::new(ErrorKind::Timeout, what)))
+            Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!("{name} exceeded {limit}"),
+            ))
         }
         CallEnded::NotOffered { offered } => Err(ToolError::new(
             ErrorKind::NotFound,
@@ -199,9 +191,13 @@ mod tests {
         (def, spec)
     }
 
-    fn kind(idempotent: bool, ended: CallEnded) -> ErrorKind {
-        let (def, spec) = tool(idempotent);
-        attempt_result(&def, &spec, ended).unwrap_err().kind
+    fn err(ended: CallEnded) -> ToolError {
+        let (def, spec) = tool(false);
+        attempt_result(&def, &spec, ended).unwrap_err()
+    }
+
+    fn kind(ended: CallEnded) -> ErrorKind {
+        err(ended).kind
     }
 
     #[test]
@@ -235,19 +231,24 @@ mod tests {
     }
 
     #[test]
-    fn lost_calls_are_transient_only_for_idempotent_tools() {
-        let lost = || CallEnded::Lost {
+    fn only_a_call_that_was_never_sent_proves_the_tool_did_not_act() {
+        let lost = err(CallEnded::Lost {
             message: "Transport closed".into(),
-        };
-        assert_eq!(kind(true, lost()), ErrorKind::Unavailable);
-        assert_eq!(kind(false, lost()), ErrorKind::OutcomeUnknown);
-        assert_eq!(kind(true, CallEnded::TimedOut), ErrorKind::Timeout);
-        assert_eq!(kind(false, CallEnded::TimedOut), ErrorKind::OutcomeUnknown);
-        let unreachable = CallEnded::Unreachable {
+        });
+        assert_eq!((lost.kind, lost.not_acted), (ErrorKind::Unavailable, false));
+        let timed_out = err(CallEnded::TimedOut);
+        assert_eq!(
+            (timed_out.kind, timed_out.not_acted),
+            (ErrorKind::Timeout, false)
+        );
+        let unreachable = err(CallEnded::Unreachable {
             message: "cannot start".into(),
             retry_after: None,
-        };
-        assert_eq!(kind(false, unreachable), ErrorKind::Unavailable);
+        });
+        assert_eq!(
+            (unreachable.kind, unreachable.not_acted),
+            (ErrorKind::Unavailable, true)
+        );
     }
 
     #[test]
@@ -256,10 +257,10 @@ mod tests {
             code,
             message: "m".into(),
         };
-        assert_eq!(kind(false, rpc(-32602)), ErrorKind::InvalidArguments);
-        assert_eq!(kind(false, rpc(-32601)), ErrorKind::NotFound);
-        assert_eq!(kind(true, rpc(-32603)), ErrorKind::ServerError);
-        assert_eq!(kind(false, rpc(-32603)), ErrorKind::OutcomeUnknown);
+        assert_eq!(kind(rpc(-32602)), ErrorKind::InvalidArguments);
+        assert_eq!(kind(rpc(-32601)), ErrorKind::NotFound);
+        assert_eq!(kind(rpc(-32603)), ErrorKind::ServerError);
+        assert_eq!(kind(rpc(-1)), ErrorKind::ToolBug);
     }
 
     #[test]

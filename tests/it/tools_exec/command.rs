@@ -42,7 +42,10 @@ async fn sysexits_codes_name_the_error_kind() {
             &format!("exit{code}"),
             &format!("echo 'why {code}' >&2; exit {code}"),
         );
-        let want = ToolError::new(kind, format!("exit{code} exited with {code}: why {code}"));
+        let mut want = ToolError::new(kind, format!("exit{code} exited with {code}: why {code}"));
+        // 75 and 69 prove the tool did not act (issue 12: only they allow a retry of a
+        // tool that is not idempotent).
+        want.not_acted = matches!(code, 69 | 75);
         assert_eq!(h.attempt(&def, json!({})).await, Err(want), "exit {code}");
     }
 }
@@ -61,7 +64,7 @@ async fn a_tool_names_its_error_kind_on_stdout() {
     let body =
         r#"echo '{"error": "rate_limited", "message": "slow down", "retry_after": 2}'; exit 1"#;
     let def = h.script_tool("limited", body);
-    let mut want = ToolError::new(ErrorKind::RateLimited, "slow down");
+    let mut want = ToolError::new(ErrorKind::RateLimited, "slow down").not_acted();
     want.retry_after = Some(Duration::from_secs(2));
     assert_eq!(h.attempt(&def, json!({})).await, Err(want));
 

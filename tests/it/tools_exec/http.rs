@@ -43,7 +43,8 @@ async fn a_429_carries_retry_after_in_seconds() {
     let mut want = ToolError::new(
         ErrorKind::RateLimited,
         "search_kb: HTTP 429 Too Many Requests: status 429",
-    );
+    )
+    .not_acted();
     want.retry_after = Some(Duration::from_secs(7));
     assert_eq!(err, want);
 }
@@ -106,7 +107,8 @@ async fn a_503_is_retried_as_unavailable() {
     let want = ToolError::new(
         ErrorKind::Unavailable,
         "search_kb: HTTP 503 Service Unavailable: status 503",
-    );
+    )
+    .not_acted();
     assert_eq!((result, attempts), (Err(want), 3));
 }
 
