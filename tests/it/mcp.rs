@@ -386,6 +386,24 @@ fn kill_9_of_agentrun_during_an_mcp_call_then_resume() {
     assert_eq!(list[0]["kind"], "outcome_unknown", "{list}");
 }
 
+#[test]
+fn the_example_runs_with_one_command() {
+    if everything().is_none() || !time_server() {
+        return;
+    }
+    let db = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(crate::common::bin())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("AGENTRUN_DB", db.path().join("examples.db"))
+        .args(["start", "examples/mcp/task.md", "--json"])
+        .output()
+        .expect("spawn agentrun");
+    let run = Run::from_output(out);
+    run.expect_code(0);
+    let answer = run.json()["answer"].as_str().unwrap_or_default().to_string();
+    assert!(answer.contains("42") && answer.contains("18:30"), "{run}");
+}
+
 /// server-everything in streamable HTTP mode on a free port, stopped on drop.
 struct HttpServer {
     child: Child,
