@@ -400,7 +400,10 @@ fn the_example_runs_with_one_command() {
         .expect("spawn agentrun");
     let run = Run::from_output(out);
     run.expect_code(0);
-    let answer = run.json()["answer"].as_str().unwrap_or_default().to_string();
+    let answer = run.json()["answer"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(answer.contains("42") && answer.contains("18:30"), "{run}");
 }
 

@@ -190,22 +190,35 @@ pub fn install(cfg: &mut ToolsConfig, found: &Discovered, link: &Link) -> Result
     }
 }
 
-/// Fallbacks that name MCP tools were taken on trust at parse time; check them now.
+/// Fallbacks that name MCP tools were taken on trust at parse time, and an MCP tool's
+/// own fallbacks could not be checked before it existed; check both now.
 fn check_fallback_targets(cfg: &ToolsConfig, problems: &mut Vec<Problem>) {
     for def in cfg.tools.values() {
         for step in &def.fallback {
-            let Some((server, _)) = step.tool.split_once(MCP_SEPARATOR) else {
+            if cfg.tools.contains_key(&step.tool) {
                 continue;
-            };
-            if cfg.mcp.contains_key(server) && !cfg.tools.contains_key(&step.tool) {
-                problems.push(Problem {
-                    server: server.to_string(),
-                    message: format!(
+            }
+            let (server, message) = match (&def.kind, step.tool.split_once(MCP_SEPARATOR)) {
+                (_, Some((server, _))) if cfg.mcp.contains_key(server) => (
+                    server,
+                    format!(
                         "`{}` falls back to `{}`, which the server does not offer",
                         def.name, step.tool
                     ),
-                });
-            }
+                ),
+                (ToolKind::Mcp(spec), _) => (
+                    spec.server.as_str(),
+                    format!(
+                        "`fallback` of `{}` names unknown tool `{}`",
+                        spec.tool, step.tool
+                    ),
+                ),
+                _ => continue,
+            };
+            problems.push(Problem {
+                server: server.to_string(),
+                message,
+            });
         }
     }
 }
