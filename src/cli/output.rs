@@ -98,3 +98,42 @@ pub fn run_detail_json(
     );
     v
 }
+
+/// Writes to stdout, returning the error (a closed pipe: `runs list | head`) instead of
+/// panicking like `print!`; `main` ends quietly on a broken pipe.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Columns for tables: `COLUMNS` when set, else the terminal's width, else
+/// [`crate::render::table::LINE`] (a pipe or a file).
+pub fn stdout_width() -> usize {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    // SAFETY: TIOCGWINSZ fills the winsize we pass; on failure it is left zeroed.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        crate::render::table::LINE
+    }
+}
+
+/// True when `err` is a write to a closed pipe (the reader, e.g. `head`, has gone).
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
+}

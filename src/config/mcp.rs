@@ -11,7 +11,10 @@ use std::path::Path;
 
 use super::Sink;
 use super::raw::{RawMcp, Section, Where};
-use super::resolve::{RetryFields, approval, fallback_step, on_unknown, resolve_retry};
+use super::resolve::{
+    EnvDefaults, RetryFields, approval, check_env_names, fallback_step, inherit, on_unknown,
+    resolve_retry,
+};
 use super::types::*;
 use super::validate::{self, check_count};
 
@@ -19,12 +22,13 @@ use super::validate::{self, check_count};
 pub fn resolve_servers(
     raw: BTreeMap<String, Section<RawMcp>>,
     defaults: &RetryPolicy,
+    env_defaults: &EnvDefaults,
     cwd: &Path,
     sink: &mut Sink,
 ) -> BTreeMap<String, McpServer> {
     raw.into_iter()
         .map(|(name, section)| {
-            let server = resolve_server(&name, section, defaults, cwd, sink);
+            let server = resolve_server(&name, section, defaults, env_defaults, cwd, sink);
             (name, server)
         })
         .collect()
@@ -53,6 +57,7 @@ fn resolve_server(
     name: &str,
     section: Section<RawMcp>,
     defaults: &RetryPolicy,
+    env_defaults: &EnvDefaults,
     cwd: &Path,
     sink: &mut Sink,
 ) -> McpServer {
@@ -67,9 +72,9 @@ fn resolve_server(
         attempts: raw.attempts,
         backoff: raw.backoff.as_deref(),
         max_backoff: raw.max_backoff.as_deref(),
+        max_retry_after: None,
     };
     let retry = resolve_retry(&fields, defaults, place, sink);
-    let transport = transport(&raw, &broken, place, cwd, sink);
     let output_cap = match raw.output_cap.map(|v| check_count(v, 1, None)) {
         Some(Ok(n)) => n as usize,
         Some(Err(e)) => {
@@ -78,6 +83,7 @@ fn resolve_server(
         }
         None => DEFAULT_OUTPUT_CAP,
     };
+    let transport = transport(&raw, &broken, place, env_defaults, cwd, output_cap, sink);
     let approvals = raw
         .approval
         .unwrap_or_default()
@@ -116,7 +122,9 @@ fn transport(
     raw: &RawMcp,
     broken: &std::collections::BTreeSet<String>,
     place: Where<'_>,
+    env_defaults: &EnvDefaults,
     cwd: &Path,
+    output_cap: usize,
     sink: &mut Sink,
 ) -> McpTransport {
     match (&raw.command, &raw.url) {
@@ -129,9 +137,15 @@ fn transport(
             "missing `command` (stdio) or `url` (streamable HTTP); set exactly one".into(),
         ),
         (None, Some(url)) => {
-            if raw.env.is_some() {
-                let msg = "only stdio servers (`command`) take `env`".into();
-                sink.key(place, "env", msg);
+            for (key, set) in [
+                ("env", raw.env.is_some()),
+                ("set", raw.set.is_some()),
+                ("inherit", raw.inherit.is_some()),
+            ] {
+                if set {
+                    let msg = format!("only stdio servers (`command`) take `{key}`");
+                    sink.key(place, key, msg);
+                }
             }
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 sink.key(place, "url", format!("must be an http(s) URL, not {url:?}"));
@@ -164,17 +178,26 @@ fn transport(
             "only HTTP servers (`url`) take `headers`".into(),
         );
     }
-    let env = raw.env.clone().unwrap_or_default();
-    for (i, var) in env.iter().enumerate() {
-        if let Err(e) = validate::check_env_name(var) {
-            sink.key(place, &format!("env[{i}]"), e);
+    let own = raw.env.clone().unwrap_or_default();
+    check_env_names(&own, place, sink);
+    let mut env = env_defaults.env.clone();
+    env.extend(own);
+    let set = raw.set.clone().unwrap_or_default();
+    for name in set.keys() {
+        if let Err(e) = validate::check_env_name(name) {
+            sink.key(place, &format!("set.{name}"), e);
         }
     }
-    McpTransport::Stdio {
+    let inherit_all =
+        inherit(raw.inherit.as_deref(), place, sink).unwrap_or(env_defaults.inherit_all);
+    McpTransport::Stdio(CommandSpec {
         argv,
         env,
+        set,
+        inherit_all,
         cwd: cwd.to_path_buf(),
-    }
+        output_cap,
+    })
 }
 
 #[cfg(test)]
@@ -204,11 +227,11 @@ approval = { "get-sum" = "always" }
         );
         assert_eq!(s.idempotent, ["echo"]);
         assert_eq!(s.approval["get-sum"], Approval::Always);
-        let McpTransport::Stdio { argv, cwd, .. } = &s.transport else {
+        let McpTransport::Stdio(spec) = &s.transport else {
             panic!("stdio expected");
         };
-        assert_eq!(argv[0], "npx");
-        assert_eq!(cwd, Path::new("conf"));
+        assert_eq!(spec.argv[0], "npx");
+        assert_eq!(spec.cwd, Path::new("conf"));
     }
 
     #[test]

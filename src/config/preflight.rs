@@ -97,7 +97,7 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
     let mut out = Vec::new();
     for (name, server) in &cfg.mcp {
         let messages = match &server.transport {
-            McpTransport::Stdio { argv, cwd, .. } => command_problems(argv, cwd, env),
+            McpTransport::Stdio(spec) => command_problems(&spec.argv, &spec.cwd, env),
             McpTransport::Http { headers, .. } => headers
                 .iter()
                 .flat_map(|(header, value)| {

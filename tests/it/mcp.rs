@@ -162,6 +162,31 @@ fn discovery_names_tools_server_tool_and_a_call_returns_the_servers_answer() {
 }
 
 #[test]
+fn a_stdio_server_gets_the_command_tool_environment_and_its_secrets_are_redacted() {
+    let Some(p) = project(None, "env = [\"SHOP_REGION\", \"SHOP_API_TOKEN\"]") else {
+        return;
+    };
+    one_call(&p, "everything__get-env", json!({}));
+    let env = [
+        ("SHOP_REGION", "eu-west"),
+        ("SHOP_API_TOKEN", "tok-5f2a9c81d3"),
+        ("UNLISTED_SETTING", "should-not-pass"),
+        ("OTHER_PASSWORD", "hunter2-hunter2"),
+    ];
+    let (run, show) = p.start(&env);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(!is_error, "{content}");
+    // Listed names pass; a listed secret's value never reaches the journal or model.
+    assert_eq!(content["SHOP_REGION"], "eu-west", "{content}");
+    assert_eq!(content["SHOP_API_TOKEN"], "[redacted]", "{content}");
+    for absent in ["UNLISTED_SETTING", "OTHER_PASSWORD"] {
+        assert!(content.get(absent).is_none(), "{absent} leaked: {content}");
+    }
+    assert!(!String::from_utf8_lossy(&p.db_bytes()).contains("tok-5f2a9c81d3"));
+}
+
+#[test]
 fn a_task_may_offer_every_tool_of_a_server_with_server_star() {
     let Some(p) = project(None, "tools = [\"echo\", \"get-sum\"]") else {
         return;

@@ -300,7 +300,8 @@ pub async fn call(
         timeout: def.retry.timeout,
     };
     let ended = pool.call(request).await;
-    result::attempt_result(def, spec, ended)
+    let result = result::attempt_result(def, spec, ended);
+    super::redacted(result, &pool.secrets(&spec.server))
 }
 
 /// The same key command tools get as `AGENTRUN_CALL_ID`: unique across runs, stable

@@ -18,6 +18,7 @@
 
 use super::DiscoveredTool;
 use crate::config::types::{McpServer, McpTransport};
+use crate::redact::Secrets;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
@@ -92,6 +93,7 @@ enum Request {
 type Groups = Arc<StdMutex<BTreeMap<String, i32>>>;
 
 pub struct Pool {
+    servers: BTreeMap<String, McpServer>,
     tx: Option<mpsc::UnboundedSender<Request>>,
     thread: Option<std::thread::JoinHandle<()>>,
     groups: Groups,
@@ -103,11 +105,13 @@ impl Pool {
         let (tx, rx) = mpsc::unbounded_channel();
         let groups: Groups = Arc::default();
         let shared = groups.clone();
+        let defs = servers.clone();
         let thread = std::thread::Builder::new()
             .name("agentrun-mcp".into())
-            .spawn(move || serve(servers, rx, shared))
+            .spawn(move || serve(defs, rx, shared))
             .ok();
         Pool {
+            servers,
             tx: Some(tx),
             thread,
             groups,
@@ -145,6 +149,30 @@ impl Pool {
         rx.await.unwrap_or(CallEnded::Lost {
             message: "the MCP connection pool stopped during the call".into(),
         })
+    }
+
+    /// The secret values a server was given (secret-named variables it may see, `${VAR}`
+    /// header values): replaced by `[redacted]` in whatever it answers (DESIGN §5).
+    pub fn secrets(&self, server: &str) -> Secrets {
+        let mut secrets = Secrets::default();
+        match self.servers.get(server).map(|s| &s.transport) {
+            Some(McpTransport::Stdio(spec)) => {
+                secrets = crate::tools::command::child_env(std::env::vars_os(), spec).secrets;
+            }
+            Some(McpTransport::Http { headers, .. }) => {
+                for template in headers.values() {
+                    if let Ok(value) = expand_env(template) {
+                        secrets.add(&value);
+                        // The token alone, as servers echo it without its scheme.
+                        if let Some((_, token)) = value.split_once(' ') {
+                            secrets.add(token);
+                        }
+                    }
+                }
+            }
+            None => {}
+        }
+        secrets
     }
 
     fn send(&self, request: Request) -> Result<(), String> {
@@ -369,8 +397,9 @@ impl State {
 
     async fn connect(&mut self) -> Result<(), String> {
         let service = match &self.def.transport {
-            McpTransport::Stdio { argv, env, cwd } => {
-                let (program, args) = argv.split_first().ok_or("empty command")?;
+            McpTransport::Stdio(spec) => {
+                let (program, args) = spec.argv.split_first().ok_or("empty command")?;
+                let cwd = &spec.cwd;
                 let program = if program.contains('/') {
                     cwd.join(program)
                 } else {
@@ -380,7 +409,7 @@ impl State {
                 cmd.args(args)
                     .current_dir(cwd)
                     .env_clear()
-                    .envs(crate::tools::command::child_env(std::env::vars_os(), env))
+                    .envs(crate::tools::command::child_env(std::env::vars_os(), spec).vars)
                     .process_group(0)
                     .kill_on_drop(true);
                 let (transport, stderr) = TokioChildProcess::builder(cmd)
