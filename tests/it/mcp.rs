@@ -5,9 +5,10 @@
 //! command when they are present but the servers are not installed.
 //!
 //! Faults are injected by `proxy.py`, a stdio pass-through placed between agentrun and
-//! the server: on the first `tools/call` it forwards, it kills the server (its own
-//! process group) or agentrun itself. The kill therefore lands after the request was
-//! sent and before the answer, whatever the machine's speed.
+//! the server: on the first `tools/call` agentrun sends, it kills the server (its own
+//! process group) or agentrun itself before passing the call on. The kill therefore
+//! lands after agentrun sent the request and before any answer, whatever the machine's
+//! speed.
 
 use crate::common::{Project, Run, journal, tool_result};
 use serde_json::{Value, json};
@@ -16,9 +17,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 /// Forwards stdin to the server it starts (argv after the victim); the server writes
-/// straight to our stdout. On the first `tools/call`, kills `server` (the whole process
-/// group: this proxy and the server) or `agentrun` (our parent) — once per project,
-/// remembered in `fired`.
+/// straight to our stdout. On the first `tools/call`, before forwarding it (so the
+/// server can never answer first), kills `server` (the whole process group: this proxy
+/// and the server) or `agentrun` (our parent) — once per project, remembered in `fired`.
 const PROXY: &str = r#"import os, signal, subprocess, sys
 victim = sys.argv[1]
 server = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE)
@@ -27,8 +28,6 @@ while True:
     line = sys.stdin.buffer.readline()
     if not line:
         break
-    server.stdin.write(line)
-    server.stdin.flush()
     if not fired and b'"tools/call"' in line:
         fired = True
         open("fired", "w").close()
@@ -36,6 +35,8 @@ while True:
             os.killpg(os.getpgid(0), signal.SIGKILL)
         elif victim == "agentrun":
             os.kill(os.getppid(), signal.SIGKILL)
+    server.stdin.write(line)
+    server.stdin.flush()
 server.stdin.close()
 server.wait()
 "#;
