@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod fault;
 pub mod model;
+pub mod net;
 pub mod prompts;
 pub mod recovery;
 pub mod render;

@@ -6,6 +6,7 @@ mod escalations;
 mod init;
 mod output;
 mod runs;
+pub mod settings;
 
 pub use runs::describe_event;
 mod start;
@@ -85,6 +86,9 @@ pub struct Cli {
     pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
+    /// Settings after the config file and environment are applied (filled by [`run`]).
+    #[arg(skip)]
+    pub settings: settings::Settings,
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,11 +109,11 @@ pub enum Command {
     Man(completions::ManArgs),
 }
 
-pub const DEFAULT_DB: &str = ".agentrun/agentrun.db";
+pub use settings::DEFAULT_DB;
 
 impl Cli {
     fn db_path(&self) -> PathBuf {
-        self.db.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
+        self.settings.db.clone()
     }
 }
 
@@ -118,8 +122,27 @@ fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
     Ok(Store::open(path, create)?)
 }
 
+/// A run by id or unique prefix; "not found" names the database file, since the
+/// usual cause is looking in another folder's database (issue 13).
+fn find_run(store: &Store, prefix: &str) -> anyhow::Result<crate::store::RunId> {
+    store.find_run(prefix).map_err(|e| match e {
+        StoreError::RunNotFound(p) => BadInput(format!(
+            "no run `{p}` in {} (see `agentrun runs list`, or choose another database with --db)",
+            store.path().display()
+        ))
+        .into(),
+        other => other.into(),
+    })
+}
+
 /// Runs the parsed command and returns the exit code.
-pub fn run(cli: Cli) -> anyhow::Result<Exit> {
+pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
+    if !matches!(
+        cli.command,
+        Command::Init(_) | Command::Completions(_) | Command::Man(_)
+    ) {
+        cli.settings = settings::load(&cli)?;
+    }
     match &cli.command {
         Command::Start(args) => start::start(&cli, args),
         Command::Resume(args) => start::resume(&cli, args),

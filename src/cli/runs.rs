@@ -32,8 +32,6 @@ pub enum RunsCmd {
     },
 }
 
-const NO_RUNS: &str = "no runs yet — start one with `agentrun start TASK.md`";
-
 pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
     let db = cli.db_path();
     match cmd {
@@ -41,12 +39,12 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
             let status = parse_status(status.as_deref())?;
             // The default database not existing yet just means no runs yet; a missing
             // file named by --db / AGENTRUN_DB is more likely a typo, and says so.
-            let runs = if cli.db.is_none() && !db.exists() {
+            let runs = if !cli.settings.db_chosen && !db.exists() {
                 Vec::new()
             } else {
                 open_store(&db, false)?.list_runs(status)?
             };
-            print_list(cli, &runs, status)
+            print_list(cli, &runs, status, &db)
         }
         RunsCmd::Show { run_id } => show(cli, &open_store(&db, false)?, run_id),
     }
@@ -68,6 +66,7 @@ fn print_list(
     cli: &Cli,
     runs: &[crate::store::RunRow],
     status: Option<RunStatus>,
+    db: &std::path::Path,
 ) -> anyhow::Result<Exit> {
     if cli.json {
         output::print_json(&runs.iter().map(output::run_summary_json).collect())?;
@@ -76,8 +75,14 @@ fn print_list(
     if runs.is_empty() {
         // A note for the person, on stderr, so `runs list | wc -l` still counts runs.
         match status {
-            Some(s) => eprintln!("no runs with status {s} (all runs: `agentrun runs list`)"),
-            None => eprintln!("{NO_RUNS}"),
+            Some(s) => eprintln!(
+                "no runs with status {s} in {} (all runs: `agentrun runs list`)",
+                db.display()
+            ),
+            None => eprintln!(
+                "no runs yet in {} — start one with `agentrun start TASK.md`",
+                db.display()
+            ),
         }
         return Ok(Exit::Completed);
     }
@@ -87,7 +92,7 @@ fn print_list(
 }
 
 fn show(cli: &Cli, store: &Store, prefix: &str) -> anyhow::Result<Exit> {
-    let id = store.find_run(prefix)?;
+    let id = super::find_run(store, prefix)?;
     let row = store.run(&id)?;
     let messages = store.messages(&id)?;
     let journal = store.journal(&id)?;

@@ -1,16 +1,17 @@
 //! `agentrun start` and `agentrun resume`: create or reopen a run, drive it, report.
 
-use super::{BadInput, Cli, Exit, open_store, output};
+use super::{BadInput, Cli, Exit, open_store, output, settings};
 use crate::clock::SystemClock;
+use crate::config::preflight;
 use crate::model::{Message, Role};
 use crate::runner::progress::{Mode, Progress};
-use crate::runner::setup::{self, Snapshot, StartOptions};
+use crate::runner::setup::{self, SetupError, Snapshot, StartOptions};
 use crate::runner::state::LoopState;
 use crate::runner::{RunOutcome, Runner};
 use crate::store::{Lease, NewRun, RunId, RunStatus, Store};
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Start a run: read the task file, validate everything, and drive the loop.
@@ -63,10 +64,22 @@ pub struct ResumeArgs {
 }
 
 pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
+    let task = crate::task::load(&args.task).map_err(SetupError::from)?;
+    let tools = choose_tools(cli, args.tools.as_deref(), &task)?;
+    if let Some(path) = &tools {
+        preflight(path, task.tools.as_deref())?;
+    }
+    // A model from AGENTRUN_MODEL or the config file is a default for tasks naming none.
+    let model = args.model.clone().or_else(|| {
+        task.models
+            .is_empty()
+            .then(|| cli.settings.model.clone())
+            .flatten()
+    });
     let mut prepared = setup::prepare_start(&StartOptions {
         task: args.task.clone(),
-        tools: args.tools.clone(),
-        model: args.model.clone(),
+        tools,
+        model,
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
     })?;
@@ -114,7 +127,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
 
 pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     let store = Arc::new(open_store(&cli.db_path(), false)?);
-    let id = store.find_run(&args.run_id)?;
+    let id = super::find_run(&store, &args.run_id)?;
     let row = store.run(&id)?;
     if row.status == RunStatus::Completed {
         let outcome = stored_outcome(&store, &id)?;
@@ -170,6 +183,111 @@ fn progress_for(cli: &Cli) -> Arc<Progress> {
     }))
 }
 
+/// The tools.toml a run uses: `--tools`, `AGENTRUN_TOOLS` or the config file's `tools`,
+/// else the nearest one from the task's folder up, else the current folder's. None is
+/// found only for a task that asks for no tools (`tools = []`); otherwise a run with
+/// no tools would answer from nothing and exit 0 (issue 13), so it stops here.
+fn choose_tools(
+    cli: &Cli,
+    flag: Option<&Path>,
+    task: &crate::task::Task,
+) -> anyhow::Result<Option<PathBuf>> {
+    let chosen = match (flag, &cli.settings.tools) {
+        (Some(p), _) => Some((p.to_path_buf(), "--tools")),
+        (None, Some(p)) => Some((p.clone(), "AGENTRUN_TOOLS or the config file")),
+        (None, None) => None,
+    };
+    if let Some((path, from)) = chosen {
+        if !path.is_file() {
+            return Err(BadInput(format!("{}: no such file (from {from})", path.display())).into());
+        }
+        return Ok(Some(path));
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let task_dir = task.path.parent().unwrap_or(Path::new(""));
+    let candidates = settings::tools_candidates(task_dir, &cwd);
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        // Shown in messages: relative to here when it is below here.
+        let short = found.strip_prefix(&cwd).unwrap_or(found);
+        return Ok(Some(short.to_path_buf()));
+    }
+    if task.tools.as_ref().is_some_and(|t| t.is_empty()) {
+        return Ok(None);
+    }
+    let searched: Vec<String> = candidates
+        .iter()
+        .map(|p| format!("  {}", p.display()))
+        .collect();
+    Err(BadInput(format!(
+        "{}: no tools.toml found; searched:\n{}\nwrite one with `agentrun init`, pass --tools PATH, \
+         or put `tools = []` in the task's front matter to run without tools",
+        task.path.display(),
+        searched.join("\n")
+    ))
+    .into())
+}
+
+/// The machine checks of `tools check` (interpreters, run bits, files, `${VAR}`s) for
+/// the tools this run may call: every problem on stderr, then exit 2 with nothing
+/// written.
+fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<()> {
+    // Parse errors are reported by setup with the rest; only check a file that parses.
+    let Ok((cfg, text)) = crate::config::load(path) else {
+        return Ok(());
+    };
+    let problems = preflight::check(&cfg, &text, path, only, &preflight::Env::process());
+    if problems.is_empty() {
+        return Ok(());
+    }
+    for p in &problems {
+        eprintln!("agentrun: {p}");
+    }
+    Err(BadInput(format!(
+        "{} tool problem{} found, nothing was started (check again with `agentrun tools check --tools {}`)",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" },
+        path.display()
+    ))
+    .into())
+}
+
+/// After a run, open `tool_bug` reports are the last thing said: the run may have
+/// completed, but a tool's owner has something to fix.
+fn tool_bug_line(store: &Store, id: &RunId) -> Option<String> {
+    let open: Vec<_> = store
+        .escalations_for_run(id)
+        .ok()?
+        .into_iter()
+        .filter(|e| e.open && e.kind == crate::store::EscalationKind::ToolBug)
+        .collect();
+    let first = open.first()?;
+    Some(format!(
+        "agentrun: {} open tool_bug report{} for this run: {} (see `agentrun escalations show {}`)",
+        open.len(),
+        if open.len() == 1 { "" } else { "s" },
+        first.summary,
+        first.id
+    ))
+}
+
+/// A non-idempotent call that was running when a signal stopped the run: resume
+/// cannot re-run it, so it will ask a person what happened.
+fn unsafe_call_in_flight(store: &Store, runner: &Runner) -> Option<String> {
+    let journal = store.journal(&runner.lease.run).ok()?;
+    journal
+        .iter()
+        .filter(|c| c.started && c.status == crate::store::CallStatus::Pending)
+        .map(|c| c.tool.clone())
+        .find(|t| {
+            runner
+                .resolved
+                .tools
+                .tools
+                .get(t)
+                .is_some_and(|d| !d.idempotent)
+        })
+}
+
 /// Runs the loop until it stops or a signal arrives; then releases the run.
 fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -191,20 +309,29 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
     let outcome = match result {
         Some(r) => r?,
         None => {
-            store.set_status(
-                &lease,
-                RunStatus::Interrupted,
-                Some("interrupted by a signal"),
-            )?;
+            let reason = match unsafe_call_in_flight(store, &runner) {
+                Some(tool) => format!(
+                    "interrupted by a signal while `{tool}` was running; it is not idempotent, \
+                     so resume will ask a person whether it happened"
+                ),
+                None => "interrupted by a signal".to_string(),
+            };
+            store.set_status(&lease, RunStatus::Interrupted, Some(&reason))?;
             let mut o = stored_outcome(store, &lease.run)?;
             o.status = RunStatus::Interrupted;
-            o.reason = Some("interrupted by a signal".into());
+            o.reason = Some(reason);
             o
         }
     };
     store.release(&lease)?;
     // The live display prints the final line itself (with the elapsed time).
     runner.progress.finished(&outcome);
+    if let Some(line) = (!cli.quiet && !cli.json)
+        .then(|| tool_bug_line(store, &outcome.run_id))
+        .flatten()
+    {
+        eprintln!("{line}");
+    }
     report(cli, &outcome, false)
 }
 

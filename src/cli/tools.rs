@@ -1,7 +1,8 @@
-//! `agentrun tools check`: validate a tools.toml and report every problem.
+//! `agentrun tools check`: validate a tools.toml and report every problem, including
+//! the pre-flight checks `start` runs too (see [`crate::config::preflight`]).
 
 use super::{BadInput, Cli, Exit};
-use crate::config;
+use crate::config::{self, preflight};
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -13,16 +14,31 @@ pub enum ToolsCmd {
     ///   agentrun tools check --tools ./tools.toml
     #[command(verbatim_doc_comment)]
     Check {
-        /// The file to check [default: ./tools.toml]
-        #[arg(long, value_name = "PATH", default_value = "tools.toml")]
-        tools: PathBuf,
+        /// The file to check [default: AGENTRUN_TOOLS, the config file's `tools`, else
+        /// ./tools.toml]
+        #[arg(long, value_name = "PATH")]
+        tools: Option<PathBuf>,
     },
 }
 
 pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     let ToolsCmd::Check { tools } = cmd;
-    match config::load(tools) {
-        Ok((cfg, _)) => {
+    let tools = &tools
+        .clone()
+        .or_else(|| cli.settings.tools.clone())
+        .unwrap_or_else(|| PathBuf::from("tools.toml"));
+    // The file must parse before the machine checks (interpreters, run bits, `${VAR}`s)
+    // mean anything; both kinds are listed together.
+    let checked = config::load(tools).and_then(|(cfg, text)| {
+        let problems = preflight::check(&cfg, &text, tools, None, &preflight::Env::process());
+        if problems.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(config::ConfigErrors(problems))
+        }
+    });
+    match checked {
+        Ok(cfg) => {
             if cli.json {
                 let names: Vec<&String> = cfg.tools.keys().collect();
                 super::output::print_json(&serde_json::json!({"ok": true, "tools": names}))?;
@@ -43,10 +59,11 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             for e in &errs.0 {
                 eprintln!("{e}");
             }
+            let n = errs.0.len();
             Err(BadInput(format!(
-                "{}: {} problem(s) found",
+                "{}: {n} problem{} found",
                 tools.display(),
-                errs.0.len()
+                if n == 1 { "" } else { "s" }
             ))
             .into())
         }

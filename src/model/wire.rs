@@ -72,7 +72,9 @@ impl Http {
         headers: HeaderMap,
         key: Option<ApiKey>,
     ) -> Result<Http, ModelError> {
-        let client = reqwest::Client::builder()
+        // Same-origin redirects only (crate::net): a base URL answering 307 elsewhere
+        // must not receive the key and the transcript (issue 12).
+        let client = crate::net::client_builder()
             .timeout(timeout)
             .default_headers(headers)
             .build()
@@ -124,6 +126,10 @@ impl Http {
                 provider: self.provider,
                 timeout: self.timeout,
             };
+        }
+        if let Some(refused) = crate::net::redirect_refused(&err) {
+            // Permanent: the same request gets the same redirect.
+            return self.bad_response(refused.to_string());
         }
         // Everything else on the way there or back (refused, reset, closed early, DNS,
         // TLS) means the server never gave a full answer: worth another attempt.

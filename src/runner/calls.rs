@@ -139,9 +139,11 @@ impl Runner {
         }
         let outcome = match d.resolution.as_ref()? {
             Resolution::Approve => {
+                let key = self.call_key(&c.call.id);
                 let ctx = CallContext {
                     run_id: self.run_id().as_str(),
                     call_id: &c.call.id,
+                    key: &key,
                     clock: self.clock.as_ref(),
                     events: c.events,
                 };
@@ -185,9 +187,11 @@ impl Runner {
         args: &Value,
         decision: Option<&EscalationRow>,
     ) -> Execution {
+        let key = self.call_key(&c.call.id);
         let ctx = CallContext {
             run_id: self.run_id().as_str(),
             call_id: &c.call.id,
+            key: &key,
             clock: self.clock.as_ref(),
             events: c.events,
         };
@@ -310,6 +314,15 @@ impl Runner {
             record: self.record_from(c.call, content, 0),
             fresh: true,
         })
+    }
+
+    /// `AGENTRUN_CALL_ID` for a call of this run.
+    fn call_key(&self, call_id: &str) -> String {
+        crate::tools::idempotency_key(
+            self.run_id().as_str(),
+            &self.resolved.snapshot.call_salt,
+            call_id,
+        )
     }
 
     /// A non-idempotent call whose attempt ended without proof that it did not act

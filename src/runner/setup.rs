@@ -50,6 +50,10 @@ pub struct Snapshot {
     /// Tools offered to the model; `None` = all in tools.toml.
     pub tool_subset: Option<Vec<String>>,
     pub max_output_tokens: u32,
+    /// Random per-run salt for `AGENTRUN_CALL_ID` (issue 12): with it the key is unique
+    /// across databases even should two run ids collide. Empty for runs started before.
+    #[serde(default)]
+    pub call_salt: String,
 }
 
 /// A validated snapshot, ready to drive.
@@ -113,6 +117,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         scripts,
         tool_subset: task.tools.clone(),
         max_output_tokens: MAX_OUTPUT_TOKENS,
+        call_salt: format!("{:016x}", rand::random::<u64>()),
     };
     let resolved = resolve(snapshot)?;
     Ok(Prepared {

@@ -117,7 +117,7 @@ fn build(spec: &CommandSpec, ctx: &CallContext<'_>) -> Result<tokio::process::Co
         .env_clear()
         .envs(child_env(std::env::vars_os(), &spec.env))
         .env("AGENTRUN_RUN_ID", ctx.run_id)
-        .env("AGENTRUN_CALL_ID", ctx.call_id)
+        .env("AGENTRUN_CALL_ID", ctx.key)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -72,7 +72,11 @@ pub async fn run(
 fn client() -> Result<&'static Client, ToolError> {
     static CLIENT: OnceLock<Result<Client, String>> = OnceLock::new();
     CLIENT
-        .get_or_init(|| Client::builder().build().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            crate::net::client_builder()
+                .build()
+                .map_err(|e| e.to_string())
+        })
         .as_ref()
         .map_err(|e| {
             ToolError::new(
@@ -254,6 +258,9 @@ fn classify(
 }
 
 fn transport_error(tool: &str, timeout: Duration, e: &reqwest::Error) -> ToolError {
+    if let Some(refused) = crate::net::redirect_refused(e) {
+        return ToolError::new(ErrorKind::Redirect, format!("{tool}: {refused}"));
+    }
     if e.is_timeout() {
         let limit = humantime::format_duration(timeout);
         return ToolError::new(ErrorKind::Timeout, format!("{tool} exceeded {limit}"));

@@ -15,8 +15,11 @@ use serde_json::Value;
 /// What a tool attempt may know about the call it belongs to.
 pub struct CallContext<'a> {
     pub run_id: &'a str,
-    /// Stable idempotency key: the same across retries and resumes.
+    /// The model's id for the call (trace events and the journal use it).
     pub call_id: &'a str,
+    /// `AGENTRUN_CALL_ID`: the idempotency key, unique across every run in every
+    /// database and stable across retries and resumes of this call ([`idempotency_key`]).
+    pub key: &'a str,
     pub clock: &'a dyn Clock,
     pub events: &'a dyn EventSink,
 }
@@ -26,5 +29,17 @@ pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> Atte
     match &def.kind {
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,
+    }
+}
+
+/// `AGENTRUN_CALL_ID` for a call: `RUN:SALT:CALL` (DESIGN §3 Command tools). The run id
+/// alone is 48 random bits; the run's salt (64 more, fixed at start and stored with the
+/// run) keeps keys from two databases apart. The model's call id comes last, so a tool
+/// can still read it as the part after the last `:`.
+pub fn idempotency_key(run_id: &str, salt: &str, call_id: &str) -> String {
+    if salt.is_empty() {
+        format!("{run_id}:{call_id}")
+    } else {
+        format!("{run_id}:{salt}:{call_id}")
     }
 }

@@ -40,6 +40,8 @@ pub enum ErrorKind {
     PermissionDenied,
     Conflict,
     ToolBug,
+    /// An HTTP tool was redirected to another origin (or in a loop): never followed.
+    Redirect,
     // malformed: no call was made
     SchemaViolation,
     UnknownTool,
@@ -55,7 +57,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::Unavailable,
@@ -65,6 +67,7 @@ impl ErrorKind {
         ErrorKind::PermissionDenied,
         ErrorKind::Conflict,
         ErrorKind::ToolBug,
+        ErrorKind::Redirect,
         ErrorKind::SchemaViolation,
         ErrorKind::UnknownTool,
         ErrorKind::CircuitOpen,
@@ -79,7 +82,7 @@ impl ErrorKind {
         use ErrorKind::*;
         match self {
             Timeout | RateLimited | Unavailable | ServerError => ErrorClass::Transient,
-            InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug
+            InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug | Redirect
             | OutcomeUnknown | AllToolsFailed => ErrorClass::Permanent,
             SchemaViolation | UnknownTool => ErrorClass::Malformed,
             CircuitOpen | ApprovalDenied | Budget | ToolDisabled => ErrorClass::Guard,
@@ -102,6 +105,7 @@ impl ErrorKind {
             PermissionDenied => "permission_denied",
             Conflict => "conflict",
             ToolBug => "tool_bug",
+            Redirect => "redirect",
             SchemaViolation => "schema_violation",
             UnknownTool => "unknown_tool",
             CircuitOpen => "circuit_open",

@@ -106,7 +106,7 @@ fn runs_show_of_a_failed_run_gives_the_reason_and_the_runners_note() {
     p.model_script(json!([
         {"text": "A very long answer that was cut", "stop": "max_tokens", "usage": {"input": 50, "output": 4096}}
     ]));
-    p.task("", "Write an essay.");
+    p.task("tools = []", "Write an essay.");
     p.run(&["start", "task.md", "--quiet"]).expect_code(1);
     let show = expect(p.run(&["runs", "show", &p.only_run()]), 0);
     insta::with_settings!({filters => snapshot_filters()}, {
@@ -118,9 +118,9 @@ fn runs_show_of_a_failed_run_gives_the_reason_and_the_runners_note() {
 fn runs_list_is_an_aligned_table_that_handles_wide_text() {
     let p = Project::new();
     p.model_script(json!([{"text": "done", "usage": {"input": 5, "output": 1}}]));
-    p.task("", "日本語のタスク: 注文を確認して、顧客に返信してください。これは長い行で、表の幅を超えるはずです。");
+    p.task("tools = []", "日本語のタスク: 注文を確認して、顧客に返信してください。これは長い行で、表の幅を超えるはずです。");
     p.run(&["start", "task.md", "--quiet"]).expect_code(0);
-    p.task("", "\n\nSecond task, after blank lines");
+    p.task("tools = []", "\n\nSecond task, after blank lines");
     p.run(&["start", "task.md", "--quiet"]).expect_code(0);
     let list = expect(p.run(&["runs", "list"]), 0);
     insta::with_settings!({filters => snapshot_filters()}, {
@@ -138,7 +138,7 @@ fn runs_list_with_no_runs_yet_says_how_to_start() {
     assert_eq!(list.stdout, "", "{list}");
     assert_eq!(
         list.stderr,
-        "no runs yet — start one with `agentrun start TASK.md`\n"
+        "no runs yet in .agentrun/agentrun.db — start one with `agentrun start TASK.md`\n"
     );
     let mut cmd = p.command(&["runs", "list", "--json"]);
     cmd.env_remove("AGENTRUN_DB");
@@ -231,6 +231,10 @@ fn init_then_tools_check_then_start_works_offline() {
     p.run(&["tools", "check"]).expect_code(0);
     let run = expect(p.run(&["start", "task.md", "--json"]), 0);
     assert_eq!(run.json()["status"], "completed", "{run}");
+    // The starter shows what its comments promise: the wiki is down, the notes answer.
+    let show = p.show(run.json()["run_id"].as_str().expect("run_id"));
+    assert_eq!(show["tool_calls"][0]["tool"], "search_wiki", "{show:#}");
+    assert_eq!(show["tool_calls"][0]["via"], "search_notes", "{show:#}");
     let hints = std::fs::read_to_string(p.path().join("prompts/hints.toml")).expect("hints");
     assert!(
         hints.contains("[hints]") && hints.contains("timeout = "),

@@ -8,13 +8,13 @@ use serde_json::{Value, json};
 /// when its call id matches the one written in `kill_at`.
 const KILLER_TOOL: &str = r#"#!/bin/sh
 cat > /dev/null
-echo "$AGENTRUN_CALL_ID" >> calls.log
-if [ -f kill_at ] && [ "$(cat kill_at)" = "$AGENTRUN_CALL_ID" ]; then
+echo "${AGENTRUN_CALL_ID##*:}" >> calls.log
+if [ -f kill_at ] && [ "$(cat kill_at)" = "${AGENTRUN_CALL_ID##*:}" ]; then
   rm -f kill_at
   kill -9 "$PPID"
   exit 0
 fi
-printf '{"call": "%s"}\n' "$AGENTRUN_CALL_ID"
+printf '{"call": "%s"}\n' "${AGENTRUN_CALL_ID##*:}"
 "#;
 
 const STEP_TOOLS: &str = r#"
@@ -291,7 +291,10 @@ fn resume_accepts_a_unique_prefix_and_rejects_unknown_ids() {
     r.expect_code(2);
     assert_eq!(
         r.stderr.trim(),
-        "agentrun: no run `zzzz` in this database (see `agentrun runs list`)"
+        format!(
+            "agentrun: no run `zzzz` in {} (see `agentrun runs list`, or choose another database with --db)",
+            p.db().display()
+        )
     );
 }
 
@@ -313,7 +316,7 @@ fn ctrl_c_checkpoints_exits_130_and_the_run_resumes() {
     // Signals that it started, then blocks while `hold` exists.
     p.script(
         "slow.sh",
-        "#!/bin/sh\ncat > /dev/null\necho \"$AGENTRUN_CALL_ID\" >> started\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
+        "#!/bin/sh\ncat > /dev/null\necho \"${AGENTRUN_CALL_ID##*:}\" >> started\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
     );
     p.write(
         "tools.toml",

@@ -10,6 +10,7 @@ mod core;
 mod crash;
 mod escalations;
 mod examples;
+mod first_hour;
 mod lease;
 mod providers;
 mod providers_e2e;

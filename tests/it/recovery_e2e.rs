@@ -19,7 +19,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 /// code on line N of `codes` for the Nth call (0 prints the success output).
 const EXIT_TOOL: &str = r#"#!/bin/sh
 cat > /dev/null
-echo "$AGENTRUN_CALL_ID" >> calls.log
+echo "${AGENTRUN_CALL_ID##*:}" >> calls.log
 n=$(wc -l < calls.log)
 code=$(sed -n "${n}p" codes)
 [ -z "$code" ] && code=$(tail -n 1 codes)

@@ -182,3 +182,207 @@ fn a_non_idempotent_http_tool_is_not_retried_after_500_502_504() {
         assert_eq!(sent, 3, "HTTP {status} proves nothing happened: {content}");
     }
 }
+
+// ---- 3. AGENTRUN_CALL_ID is an idempotency key across runs and databases --------------
+
+/// A project whose tool `pay` logs `$AGENTRUN_CALL_ID` to keys.log: it exits 75 on its
+/// first attempt, kills agentrun (its parent) while a `die` file exists, else succeeds.
+fn key_project() -> Project {
+    let p = Project::new();
+    p.script(
+        "pay.sh",
+        "#!/bin/sh\ncat > /dev/null\necho \"$AGENTRUN_CALL_ID\" >> keys.log\n\
+         if [ ! -f tried ]; then touch tried; exit 75; fi\n\
+         if [ -f die ]; then rm -f die; kill -9 \"$PPID\"; exit 0; fi\necho '\"paid\"'\n",
+    );
+    p.fast_tools(
+        "[tools.pay]\ndescription = \"pay\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"pay.sh\"]\nidempotent = true\n",
+    );
+    p.model_script(json!([calls("pay", 1), {"text": "paid"}]));
+    p.task("", "Pay.");
+    p
+}
+
+fn keys(p: &Project) -> Vec<String> {
+    std::fs::read_to_string(p.path().join("keys.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn agentrun_call_id_is_unique_across_runs_and_databases_and_stable_across_retries() {
+    let a = key_project();
+    let first = a.run(&["start", "task.md", "--json"]).expect_code(0).json();
+    std::fs::remove_file(a.path().join("tried")).expect("reset");
+    a.run(&["start", "task.md", "--json"]).expect_code(0);
+    let b = key_project();
+    b.run(&["start", "task.md", "--json"]).expect_code(0);
+    let (ka, kb) = (keys(&a), keys(&b));
+    assert_eq!(ka.len(), 4, "two attempts in each of two runs: {ka:?}");
+    assert_eq!(ka[0], ka[1], "a retry keeps its key");
+    assert_ne!(ka[0], ka[2], "another run, another key");
+    assert_ne!(ka[0], kb[0], "another database, another key");
+    let run_id = first["run_id"].as_str().unwrap();
+    assert!(
+        ka[0].starts_with(&format!("{run_id}:")) && ka[0].ends_with(":call_0_0"),
+        "{ka:?}"
+    );
+}
+
+#[test]
+fn agentrun_call_id_is_stable_across_a_resume() {
+    let p = key_project();
+    p.write("die", "");
+    assert_eq!(p.run(&["start", "task.md"]).code, -1, "killed by its tool");
+    let id = p.only_run();
+    p.run(&["resume", &id, "--json"]).expect_code(0);
+    let k = keys(&p);
+    assert_eq!(k.len(), 3, "{k:?}");
+    assert!(k.iter().all(|x| *x == k[0]), "one key for one call: {k:?}");
+}
+
+// ---- 4. secrets never follow a redirect to another origin -----------------------------
+
+/// Two local servers: `home` (configured) and `elsewhere` (only named in redirects).
+struct Servers {
+    rt: tokio::runtime::Runtime,
+    home: MockServer,
+    elsewhere: MockServer,
+}
+
+impl Servers {
+    fn new() -> Servers {
+        let rt = runtime();
+        let home = rt.block_on(MockServer::start());
+        let elsewhere = rt.block_on(MockServer::start());
+        rt.block_on(
+            Mock::given(wiremock::matchers::any())
+                .respond_with(ResponseTemplate::new(200).set_body_json(json!({"stolen": true})))
+                .mount(&elsewhere),
+        );
+        Servers {
+            rt,
+            home,
+            elsewhere,
+        }
+    }
+
+    /// `home` answers GET `from` with a `status` redirect to `to`.
+    fn redirect(&self, from: &str, status: u16, to: &str) {
+        self.rt.block_on(
+            Mock::given(method("GET"))
+                .and(wiremock::matchers::path(from))
+                .respond_with(ResponseTemplate::new(status).insert_header("Location", to))
+                .mount(&self.home),
+        );
+    }
+
+    fn hits(&self, server: &MockServer) -> usize {
+        self.rt
+            .block_on(server.received_requests())
+            .expect("recording")
+            .len()
+    }
+
+    /// Runs a project whose idempotent GET tool `fetch` calls `home` at `/a` with an
+    /// `x-api-key: ${KB_TOKEN}` header; returns the model's view of the result.
+    fn fetch(&self) -> (Project, Value) {
+        let p = Project::new();
+        p.fast_tools(&format!(
+            "[tools.fetch]\ndescription = \"fetch\"\ninput_schema = {{ type = \"object\" }}\n\
+             http = {{ method = \"GET\", url = \"{}/a\", headers = {{ x-api-key = \"${{KB_TOKEN}}\" }} }}\n\
+             idempotent = true\n",
+            self.home.uri()
+        ));
+        p.model_script(json!([calls("fetch", 1), {"text": "done"}]));
+        p.task("", "Fetch.");
+        let (run, show) = p.start(&[("KB_TOKEN", "kb-secret-123")]);
+        run.expect_code(0);
+        let content = tool_result(&show, "call_0_0").0;
+        (p, content)
+    }
+}
+
+#[test]
+fn an_http_tool_never_follows_a_redirect_to_another_origin() {
+    let s = Servers::new();
+    let target = format!("{}/steal?x=1", s.elsewhere.uri());
+    s.redirect("/a", 307, &target);
+    let (p, content) = s.fetch();
+    assert_eq!(s.hits(&s.elsewhere), 0, "nothing reached the other origin");
+    assert_eq!(s.hits(&s.home), 1, "permanent: tried once");
+    assert_eq!(
+        (&content["error"], &content["class"]),
+        (&json!("redirect"), &json!("permanent"))
+    );
+    let message = content["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("{}/steal", s.elsewhere.uri())),
+        "{message}"
+    );
+    // `runs show` reads clearly.
+    let human = p.run(&["runs", "show", &p.only_run()]);
+    human.expect_code(0);
+    assert!(
+        human.stdout.contains("redirected to another origin"),
+        "{}",
+        human.stdout
+    );
+}
+
+#[test]
+fn a_same_origin_redirect_is_followed_and_a_loop_is_permanent() {
+    let s = Servers::new();
+    s.redirect("/a", 302, "/b");
+    s.rt.block_on(
+        Mock::given(method("GET"))
+            .and(wiremock::matchers::path("/b"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": 1})))
+            .mount(&s.home),
+    );
+    assert_eq!(s.fetch().1, json!({"ok": 1}));
+
+    let l = Servers::new();
+    l.redirect("/a", 302, "/c");
+    l.redirect("/c", 302, "/a");
+    let content = l.fetch().1;
+    assert_eq!(content["error"], "redirect", "{content}");
+    assert_eq!(
+        l.hits(&l.home),
+        2,
+        "one attempt: /a then /c, then the loop is seen"
+    );
+}
+
+#[test]
+fn a_provider_base_url_redirecting_elsewhere_gets_neither_key_nor_transcript() {
+    let s = Servers::new();
+    s.rt.block_on(
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(307).insert_header(
+                "Location",
+                format!("{}/v1/chat/completions", s.elsewhere.uri()),
+            ))
+            .mount(&s.home),
+    );
+    let p = Project::new();
+    p.write("tools.toml", "");
+    p.write(
+        "task.md",
+        "+++\nmodel = \"openai:gpt-4o-mini\"\n+++\nSay hi.\n",
+    );
+    let run = p.run_env(
+        &["start", "task.md", "--json"],
+        &[
+            ("OPENAI_BASE_URL", &format!("{}/v1", s.home.uri())),
+            ("OPENAI_API_KEY", "sk-redirect-secret"),
+        ],
+    );
+    run.expect_code(1);
+    assert_eq!(s.hits(&s.elsewhere), 0, "the key went nowhere else");
+    assert_eq!(s.hits(&s.home), 1, "permanent: not retried");
+    assert!(run.stdout.contains("another origin"), "{run}");
+}

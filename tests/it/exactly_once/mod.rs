@@ -40,8 +40,8 @@ command = ["sh", "effect.sh", "once_escalate"]
 /// side effect does.
 const EFFECT_TOOL: &str = r#"#!/bin/sh
 cat > /dev/null
-echo "effect $1 $AGENTRUN_CALL_ID" >> observe.log
-printf '{"done": "%s"}\n' "$AGENTRUN_CALL_ID"
+echo "effect $1 ${AGENTRUN_CALL_ID##*:}" >> observe.log
+printf '{"done": "%s"}\n' "${AGENTRUN_CALL_ID##*:}"
 "#;
 
 /// A project whose script makes, per turn, one call to each tool named, then answers.

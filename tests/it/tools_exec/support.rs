@@ -137,6 +137,7 @@ impl Harness {
         CallContext {
             run_id: "run-1",
             call_id: "call-1",
+            key: "call-1",
             clock: &self.clock,
             events: &self.events,
         }

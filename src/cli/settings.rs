@@ -1,0 +1,209 @@
+//! Where things are: the database, the config file with defaults, and tools.toml
+//! (issue 13, "where is my database?").
+//!
+//! The database is found the way git finds `.git`: the nearest folder, from the
+//! current one up, that holds `.agentrun/`. Without one, `./.agentrun/agentrun.db` is
+//! created on first use (DESIGN §1). Settings come from, strongest first:
+//!
+//! 1. the command line (`--db`, `--model`, `--tools`);
+//! 2. the environment (`AGENTRUN_DB`, `AGENTRUN_MODEL`, `AGENTRUN_TOOLS`);
+//! 3. the config file: `AGENTRUN_CONFIG`, else `.agentrun/config.toml` in that folder;
+//! 4. built-in defaults.
+//!
+//! A model from 2 or 3 is a default for tasks whose front matter names none; `--model`
+//! overrides the task. `.env` files are not read: agentrun passes its environment on
+//! to tools (through an allow-list) and to providers, and a file that silently adds
+//! keys from whichever folder the command happens to run in is a way to use the wrong
+//! key, or leak one, without noticing. Use `set -a; . ./.env; set +a` when wanted.
+
+use super::{BadInput, Cli};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_DB: &str = ".agentrun/agentrun.db";
+const CONFIG_NAME: &str = "config.toml";
+
+/// The config file as written: every key optional, unknown keys refused.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    model: Option<String>,
+    database: Option<PathBuf>,
+    tools: Option<PathBuf>,
+}
+
+/// Settings after precedence is applied.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub db: PathBuf,
+    /// The user chose the database (flag, env or config): a missing file is a typo,
+    /// not "no runs yet".
+    pub db_chosen: bool,
+    /// A model for tasks that name none.
+    pub model: Option<String>,
+    /// tools.toml chosen by env or config (the flag is the command's own).
+    pub tools: Option<PathBuf>,
+}
+
+/// Reads the process environment and current folder.
+pub fn load(cli: &Cli) -> anyhow::Result<Settings> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    resolve(cli.db.clone(), &cwd, &|k| std::env::var_os(k))
+}
+
+/// Applies the precedence; `env` and `cwd` are injected for tests.
+pub fn resolve(
+    db_flag: Option<PathBuf>,
+    cwd: &Path,
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> anyhow::Result<Settings> {
+    let project = find_project(cwd);
+    let config_path = env("AGENTRUN_CONFIG").map(PathBuf::from).or_else(|| {
+        project
+            .as_ref()
+            .map(|p| p.join(".agentrun").join(CONFIG_NAME))
+            .filter(|p| p.is_file())
+    });
+    let (file, base) = match &config_path {
+        Some(p) => (read_config(p)?, config_base(p)),
+        None => (ConfigFile::default(), cwd.to_path_buf()),
+    };
+    let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
+    let (db, db_chosen) = match (db_flag, file.database) {
+        (Some(p), _) => (p, true),
+        (None, Some(p)) => (base.join(p), true),
+        (None, None) => match &project {
+            Some(p) => (p.join(DEFAULT_DB), false),
+            None => (PathBuf::from(DEFAULT_DB), false),
+        },
+    };
+    let model = non_empty("AGENTRUN_MODEL")
+        .map(|v| v.to_string_lossy().into_owned())
+        .or(file.model);
+    let tools = non_empty("AGENTRUN_TOOLS")
+        .map(PathBuf::from)
+        .or(file.tools.map(|t| base.join(t)));
+    Ok(Settings {
+        db,
+        db_chosen,
+        model,
+        tools,
+    })
+}
+
+/// The nearest folder from `cwd` up that holds a `.agentrun/` folder.
+pub fn find_project(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors()
+        .find(|dir| dir.join(".agentrun").is_dir())
+        .map(Path::to_path_buf)
+}
+
+/// Relative paths in a config file start at the project folder: the one holding the
+/// `.agentrun/` the file is in, else the file's own folder.
+fn config_base(config: &Path) -> PathBuf {
+    let dir = config.parent().unwrap_or(Path::new("."));
+    match dir.file_name() {
+        Some(n) if n == ".agentrun" => dir.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BadInput(format!("{}: cannot read config file: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+        BadInput(format!(
+            "{}: {msg} (keys: model, database, tools)",
+            path.display()
+        ))
+        .into()
+    })
+}
+
+/// The tools.toml files `start` looks for, in order, when none is chosen: beside the
+/// task, then in each folder above it, then in the current folder.
+pub fn tools_candidates(task_dir: &Path, cwd: &Path) -> Vec<PathBuf> {
+    let dir = if task_dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        task_dir
+    };
+    let abs = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut out: Vec<PathBuf> = abs.ancestors().map(|d| d.join("tools.toml")).collect();
+    let here = cwd.join("tools.toml");
+    if !out.contains(&here) {
+        out.push(here);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn the_database_is_found_in_a_parent_folder_like_git() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".agentrun")).unwrap();
+        let deep = dir.path().join("a/b");
+        std::fs::create_dir_all(&deep).unwrap();
+        let s = resolve(None, &deep, &env_of(&[])).unwrap();
+        assert_eq!(s.db, dir.path().join(".agentrun/agentrun.db"));
+        assert!(!s.db_chosen);
+    }
+
+    #[test]
+    fn flag_beats_config_and_env_beats_config_for_model_and_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(".agentrun")).unwrap();
+        std::fs::write(
+            dir.path().join(".agentrun/config.toml"),
+            "model = \"script:a.json\"\ndatabase = \"runs.db\"\ntools = \"conf/tools.toml\"\n",
+        )
+        .unwrap();
+        let s = resolve(None, dir.path(), &env_of(&[])).unwrap();
+        assert_eq!(s.db, dir.path().join("runs.db"));
+        assert_eq!(s.model.as_deref(), Some("script:a.json"));
+        assert_eq!(s.tools, Some(dir.path().join("conf/tools.toml")));
+        let s = resolve(
+            Some("x.db".into()),
+            dir.path(),
+            &env_of(&[("AGENTRUN_MODEL", "openai:m"), ("AGENTRUN_TOOLS", "t.toml")]),
+        )
+        .unwrap();
+        assert_eq!(s.db, PathBuf::from("x.db"));
+        assert_eq!(s.model.as_deref(), Some("openai:m"));
+        assert_eq!(s.tools, Some(PathBuf::from("t.toml")));
+    }
+
+    #[test]
+    fn a_bad_config_key_names_the_file_and_the_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, "modle = \"x\"\n").unwrap();
+        let path: &'static str = Box::leak(cfg.display().to_string().into_boxed_str());
+        let err = resolve(
+            None,
+            dir.path(),
+            &env_of(Box::leak(Box::new([("AGENTRUN_CONFIG", path)]))),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with(&format!("{path}: unknown field `modle`")),
+            "{err}"
+        );
+        assert!(err.ends_with("(keys: model, database, tools)"), "{err}");
+    }
+}

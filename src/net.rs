@@ -1,0 +1,149 @@
+//! The one way agentrun builds an HTTP client (HTTP tools and model providers alike),
+//! so the redirect rule of DESIGN §3 holds everywhere (issue 12, item 4):
+//!
+//! - a redirect to the same origin (scheme, host, port) is followed, at most
+//!   [`MAX_REDIRECTS`] times;
+//! - a redirect to another origin is never followed: the request fails with
+//!   [`RedirectRefused::CrossOrigin`] naming the target, so no header (an API key, a
+//!   `${VAR}` header) and no body (a transcript) ever reaches a host nobody configured;
+//! - a redirect back to a URL already visited is a loop, refused at once;
+//! - no `Referer` header is ever sent.
+//!
+//! Callers find the reason in the error's source chain with [`redirect_refused`] and
+//! treat it as permanent: sending the same request again gets the same redirect.
+
+use reqwest::redirect::{Attempt, Policy};
+use reqwest::{ClientBuilder, Url};
+use std::fmt;
+
+/// Same-origin redirects followed before the request fails.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Why a redirect was not followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedirectRefused {
+    /// To another origin; the target URL (its query and credentials dropped).
+    CrossOrigin(String),
+    /// Back to a URL already visited.
+    Loop(String),
+    /// More than [`MAX_REDIRECTS`] hops.
+    TooMany(String),
+}
+
+impl fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedirectRefused::CrossOrigin(to) => write!(
+                f,
+                "redirected to another origin ({to}), which agentrun never follows"
+            ),
+            RedirectRefused::Loop(to) => write!(f, "redirect loop (back to {to})"),
+            RedirectRefused::TooMany(to) => {
+                write!(f, "more than {MAX_REDIRECTS} redirects (last to {to})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
+
+/// A client builder with the redirect rule and no Referer; add timeouts and headers.
+pub fn client_builder() -> ClientBuilder {
+    reqwest::Client::builder()
+        .redirect(Policy::custom(decide))
+        .referer(false)
+}
+
+fn decide(attempt: Attempt<'_>) -> reqwest::redirect::Action {
+    let verdict = judge(attempt.url(), attempt.previous());
+    match verdict {
+        Some(refused) => attempt.error(refused),
+        None => attempt.follow(),
+    }
+}
+
+/// `None` to follow a redirect to `next` after visiting `previous` (the first entry is
+/// the URL the request was sent to).
+fn judge(next: &Url, previous: &[Url]) -> Option<RedirectRefused> {
+    let shown = display(next);
+    let first = previous.first()?;
+    if next.origin() != first.origin() {
+        return Some(RedirectRefused::CrossOrigin(shown));
+    }
+    if previous.iter().any(|u| u == next) {
+        return Some(RedirectRefused::Loop(shown));
+    }
+    if previous.len() > MAX_REDIRECTS {
+        return Some(RedirectRefused::TooMany(shown));
+    }
+    None
+}
+
+/// A URL for messages: scheme, host, port and path only (a query or userinfo may hold
+/// secrets).
+fn display(url: &Url) -> String {
+    let mut u = url.clone();
+    u.set_query(None);
+    u.set_fragment(None);
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.to_string()
+}
+
+/// The refused redirect behind an error, if that is what it is.
+pub fn redirect_refused<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a RedirectRefused> {
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(r) = e.downcast_ref::<RedirectRefused>() {
+            return Some(r);
+        }
+        current = e.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    #[test]
+    fn same_origin_is_followed_other_origins_are_not() {
+        let from = [u("http://a.test:8080/x")];
+        assert_eq!(judge(&u("http://a.test:8080/y?q=1"), &from), None);
+        let refused = |s| Some(RedirectRefused::CrossOrigin(s));
+        assert_eq!(
+            judge(&u("http://b.test:8080/y?token=s"), &from),
+            refused("http://b.test:8080/y".into())
+        );
+        assert_eq!(
+            judge(&u("http://a.test:9090/y"), &from),
+            refused("http://a.test:9090/y".into())
+        );
+        assert_eq!(
+            judge(&u("https://a.test:8080/y"), &from),
+            refused("https://a.test:8080/y".into())
+        );
+    }
+
+    #[test]
+    fn loops_and_long_chains_are_refused() {
+        let chain = [u("http://a.test/1"), u("http://a.test/2")];
+        assert_eq!(
+            judge(&u("http://a.test/1"), &chain),
+            Some(RedirectRefused::Loop("http://a.test/1".into()))
+        );
+        let long: Vec<Url> = (0..=MAX_REDIRECTS)
+            .map(|i| u(&format!("http://a.test/{i}")))
+            .collect();
+        assert!(matches!(
+            judge(&u("http://a.test/last"), &long),
+            Some(RedirectRefused::TooMany(_))
+        ));
+    }
+}
