@@ -321,18 +321,11 @@ impl Bench {
         };
         let fsync_cell = |f: Option<f64>| f.map_or("n/a (strace unavailable)".into(), num);
         t.row(vec![strace_label("idempotent tool"), fsync_cell(fsyncs)]);
-        t.row(vec![
-            strace_label("not idempotent"),
-            fsync_cell(fsyncs_ni),
-        ]);
+        t.row(vec![strace_label("not idempotent"), fsync_cell(fsyncs_ni)]);
         for (steps, resume) in [(big_n, resume_big), (long_n, resume_long)] {
             t.row(vec![
                 format!("`resume` of the {steps}-step run, whole process (one more step)"),
-                format!(
-                    "{} ms, peak RSS {} MiB",
-                    num(resume.0),
-                    num(resume.1)
-                ),
+                format!("{} ms, peak RSS {} MiB", num(resume.0), num(resume.1)),
             ]);
         }
         for (steps, show) in [(big_n, &show_big), (long_n, &show_long)] {
@@ -392,16 +385,18 @@ impl Bench {
             t.row(vec![
                 format!(
                     "{want} fsync per {} step (≤ {} with SQLite's WAL checkpoints)",
-                    if want == 1.0 { "idempotent" } else { "non-idempotent" },
+                    if want == 1.0 {
+                        "idempotent"
+                    } else {
+                        "non-idempotent"
+                    },
                     want + 0.1
                 ),
                 fsync_cell(got),
                 got.map_or("n/a", |g| verdict(g <= want + 0.1)).into(),
             ]);
         }
-        let long_row = rows
-            .iter()
-            .find(|r| r.steps == long_n && r.tool == "HTTP");
+        let long_row = rows.iter().find(|r| r.steps == long_n && r.tool == "HTTP");
         let growth = long_row.map_or(f64::NAN, |r| r.growth().0);
         t.row(vec![
             format!("last tenth ≤ 1.1 × first tenth at {long_n} steps (medians)"),

@@ -94,19 +94,20 @@ fn print_list(
 fn show(cli: &Cli, store: &Store, prefix: &str) -> anyhow::Result<Exit> {
     let id = super::find_run(store, prefix)?;
     let row = store.run(&id)?;
-    let messages = store.messages(&id)?;
-    let journal = store.journal(&id)?;
-    let events = store.events(&id)?;
     let escalations = store.escalations_for_run(&id)?;
     if cli.json {
-        let mut v = output::run_detail_json(&row, &messages, &journal, &events);
-        v["escalations"] = escalations
+        // Streamed: first output at once and flat memory on a 100,000-step run (issue 14).
+        let escalations = escalations
             .iter()
             .map(super::escalations::summary_json)
             .collect();
-        output::print_json(&v)?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        output::write_run_detail_json(&mut out, store, &row, escalations)?;
         return Ok(Exit::Completed);
     }
+    let messages = store.messages(&id)?;
+    let journal = store.journal(&id)?;
+    let events = store.events(&id)?;
     let view = transcript::RunView {
         row: &row,
         messages: &messages,
