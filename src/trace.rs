@@ -3,6 +3,7 @@
 //! Recovery code emits these into an [`EventSink`]; the runner stores them in the
 //! `events` table with the step they belong to, and `runs show` prints them.
 
+use crate::taxonomy::{ErrorClass, ErrorKind};
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
@@ -16,9 +17,9 @@ pub enum TraceEvent {
         attempt: u32,
         elapsed_ms: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
+        error: Option<ErrorKind>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        class: Option<String>,
+        class: Option<ErrorClass>,
         #[serde(skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
@@ -49,8 +50,32 @@ pub enum TraceEvent {
         to: String,
         error: String,
     },
-    /// Anything else worth a line in the trace (nudges, trips, disabled tools, …).
-    Note { kind: String, message: String },
+    /// Anything else worth a line in the trace.
+    Note { kind: NoteKind, message: String },
+}
+
+/// What a trace note is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteKind {
+    /// A call was interrupted by a crash and must not simply run again.
+    OutcomeUnknown,
+    /// A fallback hop was not called (missing tool, arguments that do not fit).
+    FallbackSkipped,
+}
+
+impl NoteKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoteKind::OutcomeUnknown => "outcome_unknown",
+            NoteKind::FallbackSkipped => "fallback_skipped",
+        }
+    }
+
+    /// Whether the note means a person is (or was) needed; shown prominently.
+    pub fn needs_a_person(self) -> bool {
+        self == NoteKind::OutcomeUnknown
+    }
 }
 
 impl TraceEvent {

@@ -1,9 +1,9 @@
 //! `agentrun escalations`: the human queue — list, show a handover, record a decision.
 
 use super::{BadInput, Cli, Exit, open_store, output};
-use crate::runner::escalate;
-use crate::runner::setup::Snapshot;
-use crate::store::{EscalationKind, EscalationRow, Resolution, Store};
+use crate::render::handover;
+use crate::setup::Snapshot;
+use crate::store::{EscalationId, EscalationKind, EscalationRow, Facts, Resolution, Store};
 use crate::timefmt::{age, rfc3339};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -41,7 +41,7 @@ pub enum EscalationsCmd {
 ///   outcome_unknown     --reply TEXT (it happened) | --approve (run it again) | --deny REASON (it did not)
 ///   breaker_open        --approve (close the circuit) | --reply TEXT | --deny REASON
 ///   stuck               --approve (let it try again) | --reply TEXT | --deny REASON (stop the run)
-///   tool_bug, all_tools_failed   --reply TEXT | --approve (acknowledge)
+///   tool_bug            --reply TEXT | --approve (acknowledge)
 ///
 /// Example:
 ///   agentrun escalations resolve 3 --modify '{"to": "dana@example.com", "body": "…"}'
@@ -118,13 +118,13 @@ fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
 }
 
 fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
-    let e = store.escalation(id)?;
+    let e = store.escalation(EscalationId(id))?;
     let events = store.events(&e.run_id)?;
     let recent = &events[events.len().saturating_sub(10)..];
     if cli.json {
         let mut v = summary_json(&e);
         v["step"] = json!(e.step);
-        v["detail"] = e.detail.clone();
+        v["detail"] = e.detail.to_json();
         v["resolution"] = serde_json::to_value(&e.resolution)?;
         v["resolved_at"] = json!(e.resolved_at.map(rfc3339));
         v["resolved_by"] = json!(e.resolved_by);
@@ -147,17 +147,15 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         e.step,
         rfc3339(e.created_at)
     );
-    if let Some(tool) = e.detail.get("tool").and_then(Value::as_str) {
-        println!("tool {tool}");
-    }
-    if let Some(args) = e.detail.get("args") {
+    println!("tool {}", e.detail.facts.tool());
+    if let Some(args) = e.detail.facts.args() {
         println!("arguments {args}");
     }
-    if let Some(q) = e.detail.get("question").and_then(Value::as_str) {
-        println!("question {q}");
+    if let Facts::Question(q) = &e.detail.facts {
+        println!("question {}", q.question);
     }
     println!();
-    print!("{}", escalate::render(&e.detail));
+    print!("{}", handover::render(&e.detail.handover));
     if let (Some(r), Some(by), Some(at)) = (&e.resolution, &e.resolved_by, e.resolved_at) {
         println!("\nDecision: {} by {by} at {}", describe(r), rfc3339(at));
     } else {
@@ -177,9 +175,9 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
 }
 
 fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit> {
-    let e = store.escalation(args.id)?;
+    let e = store.escalation(EscalationId(args.id))?;
     if !e.open {
-        return Err(crate::store::StoreError::AlreadyResolved(e.id).into());
+        return Err(crate::store::StoreError::AlreadyResolved(e.id.0).into());
     }
     let resolution = decision(args)?;
     check_allowed(&e, &resolution)?;
@@ -242,7 +240,7 @@ fn allowed(kind: EscalationKind) -> &'static [&'static str] {
         EscalationKind::OutcomeUnknown | EscalationKind::BreakerOpen | EscalationKind::Stuck => {
             &["--approve", "--reply TEXT", "--deny REASON"]
         }
-        EscalationKind::ToolBug | EscalationKind::AllToolsFailed => &["--reply TEXT", "--approve"],
+        EscalationKind::ToolBug => &["--reply TEXT", "--approve"],
     }
 }
 
@@ -265,8 +263,12 @@ fn check_allowed(e: &EscalationRow, r: &Resolution) -> anyhow::Result<()> {
 
 /// Modified arguments must fit the tool's schema, as the run's snapshot defines it.
 fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> anyhow::Result<()> {
-    let tool = e.detail["tool"].as_str().unwrap_or_default();
-    if e.detail["requested_tool"].as_str() != Some(tool) {
+    let tool = e.detail.facts.tool();
+    let requested = match &e.detail.facts {
+        Facts::ApprovalRequired(f) => Some(f.requested_tool.as_str()),
+        _ => None,
+    };
+    if requested != Some(tool) {
         return Err(BadInput(format!(
             "escalation {}: --modify applies to a call the model made; {tool} was reached through a fallback — use --approve or --deny",
             e.id

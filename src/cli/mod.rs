@@ -5,6 +5,7 @@ mod completions;
 mod escalations;
 mod init;
 mod output;
+pub mod progress;
 mod runs;
 pub mod settings;
 
@@ -12,7 +13,7 @@ pub use runs::describe_event;
 mod start;
 mod tools;
 
-use crate::runner::setup::SetupError;
+use crate::setup::SetupError;
 use crate::store::{RunStatus, Store, StoreError};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};

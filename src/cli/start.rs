@@ -1,13 +1,13 @@
 //! `agentrun start` and `agentrun resume`: create or reopen a run, drive it, report.
 
 use super::{BadInput, Cli, Exit, open_store, output, settings};
+use crate::cli::progress::{Mode, Progress};
 use crate::clock::SystemClock;
 use crate::config::preflight;
+use crate::machine::state::LoopState;
 use crate::model::{Message, Role};
-use crate::runner::progress::{Mode, Progress};
-use crate::runner::setup::{self, SetupError, Snapshot, StartOptions};
-use crate::runner::state::LoopState;
-use crate::runner::{RunOutcome, Runner};
+use crate::runner::{RunError, RunOutcome, Runner};
+use crate::setup::{self, SetupError, Snapshot, StartOptions};
 use crate::store::{Lease, NewRun, RunId, RunStatus, Store};
 use anyhow::Context;
 use clap::Args;
@@ -120,9 +120,9 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         max_steps,
         max_tokens,
         clock: Arc::new(SystemClock),
-        progress,
+        observer: progress.clone(),
     };
-    drive(cli, &store, runner)
+    drive(cli, &store, runner, &progress)
 }
 
 pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
@@ -170,9 +170,9 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         max_steps,
         max_tokens,
         clock: Arc::new(SystemClock),
-        progress,
+        observer: progress.clone(),
     };
-    drive(cli, &store, runner)
+    drive(cli, &store, runner, &progress)
 }
 
 fn progress_for(cli: &Cli) -> Arc<Progress> {
@@ -289,7 +289,12 @@ fn unsafe_call_in_flight(store: &Store, runner: &Runner) -> Option<String> {
 }
 
 /// Runs the loop until it stops or a signal arrives; then releases the run.
-fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> {
+fn drive(
+    cli: &Cli,
+    store: &Arc<Store>,
+    runner: Runner,
+    progress: &Progress,
+) -> anyhow::Result<Exit> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -307,7 +312,11 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
     // Dropping the runtime ends any tool still running (kill-on-drop children).
     drop(rt);
     let outcome = match result {
-        Some(r) => r?,
+        // A store error stays itself, so its exit code is chosen as for any command.
+        Some(r) => r.map_err(|e| match e {
+            RunError::Store(e) => anyhow::Error::from(e),
+            other => anyhow::Error::from(other),
+        })?,
         None => {
             let reason = match unsafe_call_in_flight(store, &runner) {
                 Some(tool) => format!(
@@ -325,7 +334,7 @@ fn drive(cli: &Cli, store: &Arc<Store>, runner: Runner) -> anyhow::Result<Exit> 
     };
     store.release(&lease)?;
     // The live display prints the final line itself (with the elapsed time).
-    runner.progress.finished(&outcome);
+    progress.finished(&outcome);
     if let Some(line) = (!cli.quiet && !cli.json)
         .then(|| tool_bug_line(store, &outcome.run_id))
         .flatten()

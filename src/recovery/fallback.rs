@@ -31,7 +31,7 @@ use crate::config::types::{FallbackStep, ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
 use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::trace::TraceEvent;
+use crate::trace::{NoteKind, TraceEvent};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
@@ -158,7 +158,7 @@ async fn hop(
 /// tool is a config problem someone must see.
 fn skipped(tool: &str, err: &ToolError, ctx: &CallContext<'_>) -> Hop {
     ctx.events.emit(TraceEvent::Note {
-        kind: "fallback_skipped".to_string(),
+        kind: NoteKind::FallbackSkipped,
         message: format!("{tool}: {}: {}", err.kind.as_str(), err.message),
     });
     Hop::Failed(Tried::new(tool, 0, err))

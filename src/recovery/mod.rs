@@ -7,7 +7,6 @@
 //! could fix, the declared fallback chain ([`fallback`], which documents the rules).
 
 pub mod fallback;
-pub mod policy;
 pub mod retry;
 
 use crate::config::types::{ToolDef, ToolsConfig};

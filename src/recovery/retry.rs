@@ -78,8 +78,8 @@ fn emit_attempt(
         tool: def.name.clone(),
         attempt,
         elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-        error: err.map(|e| e.kind.as_str().to_string()),
-        class: err.map(|e| e.kind.class().as_str().to_string()),
+        error: err.map(|e| e.kind),
+        class: err.map(|e| e.kind.class()),
         message: err.map(|e| e.message.clone()),
     });
 }

@@ -4,6 +4,7 @@
 //! Everything here returns strings; the command layer decides where they go, so the
 //! renderers are tested without a terminal.
 
+pub mod handover;
 pub mod style;
 pub mod summary;
 pub mod table;

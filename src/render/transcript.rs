@@ -27,18 +27,6 @@ pub struct RunView<'a> {
     pub escalations: &'a [EscalationRow],
 }
 
-/// Note kinds that mean a person is (or was) needed; shown prominently.
-const ESCALATION_NOTES: [&str; 8] = [
-    "escalation",
-    "breaker_open",
-    "approval_required",
-    "stuck",
-    "question",
-    "outcome_unknown",
-    "all_tools_failed",
-    "tool_bug",
-];
-
 pub fn render(v: &RunView<'_>, style: Style) -> String {
     let mut out = header(v.row, style);
     out.push_str(&format!("\n{}\n", style.bold("task")));
@@ -290,9 +278,7 @@ fn call_events(events: &[&TraceEvent], call_id: &str, s: Style) -> String {
 fn event_line(e: &TraceEvent, at: usize, s: Style) -> String {
     let text = describe_event(e);
     let painted = match e {
-        TraceEvent::Note { kind, .. } if ESCALATION_NOTES.contains(&kind.as_str()) => {
-            s.yellow(&format!("⚑ {text}"))
-        }
+        TraceEvent::Note { kind, .. } if kind.needs_a_person() => s.yellow(&format!("⚑ {text}")),
         _ => s.dim(&format!("· {text}")),
     };
     format!("{}{}\n", " ".repeat(at), indent(&painted, at + 2))
@@ -396,8 +382,9 @@ pub fn describe_event(e: &TraceEvent) -> String {
             ..
         } => match error {
             Some(kind) => format!(
-                "{tool} attempt {attempt}: {kind} ({}) after {elapsed_ms} ms: {}",
-                class.as_deref().unwrap_or("?"),
+                "{tool} attempt {attempt}: {} ({}) after {elapsed_ms} ms: {}",
+                kind.as_str(),
+                class.map_or("?", |c| c.as_str()),
                 message.as_deref().unwrap_or("")
             ),
             None => format!("{tool} attempt {attempt}: ok in {elapsed_ms} ms"),
@@ -430,7 +417,7 @@ pub fn describe_event(e: &TraceEvent) -> String {
         TraceEvent::ModelFallback { from, to, error } => {
             format!("model fallback: {from} failed ({error}), trying {to}")
         }
-        TraceEvent::Note { kind, message } => format!("{kind}: {message}"),
+        TraceEvent::Note { kind, message } => format!("{}: {message}", kind.as_str()),
     }
 }
 

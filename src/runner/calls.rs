@@ -1,21 +1,22 @@
 //! One tool call inside a step: reuse a journaled outcome, honour a person's decision,
 //! gate approvals and open circuits, run it through the recovery layer, or pause.
 
-use super::Runner;
-use super::escalate::Handover;
+use super::escalate::Raise;
+use super::observe::Notice;
+use super::{RunError, Runner};
 use crate::config::{OnUnknown, ToolDef};
 use crate::fault;
+use crate::machine::policy::{call_key, circuit_open, needs_approval};
+use crate::machine::state::LoopState;
 use crate::model::{Message, ToolCall, ToolSpec};
-use crate::recovery::policy::{call_key, circuit_open, needs_approval};
 use crate::recovery::{self, CallOutcome, Execution, Gate};
-use crate::runner::state::LoopState;
 use crate::store::{
-    CallRecord, CallStatus, EscalationKind, EscalationRow, JournalEntry, NewEscalation, Resolution,
-    RunStatus, StoreError,
+    ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationId, EscalationKind, EscalationRow,
+    Facts, JournalEntry, NewEscalation, QuestionFacts, Resolution, RunStatus,
 };
 use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::trace::{EventBuffer, EventSink, TraceEvent};
+use crate::trace::{EventBuffer, EventSink, NoteKind, TraceEvent};
 use serde_json::{Value, json};
 
 pub const ASK_USER: &str = "ask_user";
@@ -41,7 +42,10 @@ pub enum CallResult {
     /// `fresh`: produced now, so it still needs journaling.
     Done { record: CallRecord, fresh: bool },
     /// The run pauses for a person.
-    Paused { escalation: i64, status: RunStatus },
+    Paused {
+        escalation: EscalationId,
+        status: RunStatus,
+    },
 }
 
 /// What the call needs from the step around it.
@@ -59,7 +63,7 @@ pub struct CallInput<'a> {
 }
 
 impl Runner {
-    pub(super) async fn run_call(&self, c: CallInput<'_>) -> Result<CallResult, StoreError> {
+    pub(super) async fn run_call(&self, c: CallInput<'_>) -> Result<CallResult, RunError> {
         if let Some(record) = journaled(c.entry) {
             return Ok(CallResult::Done {
                 record,
@@ -105,7 +109,7 @@ impl Runner {
             self.store.mark_started(&self.lease, c.step, &c.call.id)?;
         }
         fault::point("after_tool_intent");
-        self.progress
+        self.observer
             .call_started(&c.call.name, def.map_or(1, |d| d.retry.attempts));
         if let Some(result) = self.decided_hop(&c).await {
             fault::point("after_tool_effect");
@@ -130,10 +134,11 @@ impl Runner {
     /// A person decided on a fallback hop this call paused at: run that hop (approved)
     /// or report the denial, without re-running the tools that failed before it.
     async fn decided_hop(&self, c: &CallInput<'_>) -> Option<CallResult> {
-        let d = c
-            .decision
-            .filter(|d| d.kind == EscalationKind::ApprovalRequired)?;
-        let hop = d.detail["tool"].as_str()?;
+        let d = c.decision?;
+        let Facts::ApprovalRequired(facts) = &d.detail.facts else {
+            return None;
+        };
+        let hop = facts.tool.as_str();
         if hop == c.call.name {
             return None;
         }
@@ -148,14 +153,8 @@ impl Runner {
                     events: c.events,
                 };
                 let hints = &self.resolved.snapshot.prompts;
-                recovery::execute_approved_hop(
-                    &self.resolved.tools,
-                    hints,
-                    hop,
-                    &d.detail["args"],
-                    &ctx,
-                )
-                .await
+                recovery::execute_approved_hop(&self.resolved.tools, hints, hop, &facts.args, &ctx)
+                    .await
             }
             Resolution::Deny { reason } => {
                 let err = ToolError::new(
@@ -227,7 +226,7 @@ impl Runner {
         c: &CallInput<'_>,
         tool: &str,
         args: &Value,
-    ) -> Result<CallResult, StoreError> {
+    ) -> Result<CallResult, RunError> {
         let via = (tool != c.call.name).then(|| c.call.name.clone());
         let problem = match &via {
             Some(first) => format!(
@@ -235,30 +234,25 @@ impl Runner {
             ),
             None => format!("{tool} needs a person's approval before it runs with {args}"),
         };
-        let facts = json!({
-            "call_id": c.call.id, "tool": tool, "args": args,
-            "digest": call_key(tool, args), "requested_tool": c.call.name,
+        let facts = Facts::ApprovalRequired(ApprovalFacts {
+            call_id: c.call.id.as_str().into(),
+            tool: tool.to_string(),
+            args: args.clone(),
+            digest: call_key(tool, args),
+            requested_tool: c.call.name.clone(),
         });
-        self.pause(
-            c,
-            EscalationKind::ApprovalRequired,
-            problem,
-            facts,
-            RunStatus::AwaitingApproval,
-        )
+        self.pause(c, problem, facts, RunStatus::AwaitingApproval)
     }
 
     /// Raises an escalation that blocks this call, and pauses.
     fn pause(
         &self,
         c: &CallInput<'_>,
-        kind: EscalationKind,
         problem: String,
-        facts: Value,
+        facts: Facts,
         status: RunStatus,
-    ) -> Result<CallResult, StoreError> {
-        let (summary, detail) = Handover {
-            kind,
+    ) -> Result<CallResult, RunError> {
+        let (summary, detail) = Raise {
             messages: c.messages,
             problem,
             facts,
@@ -266,15 +260,17 @@ impl Runner {
         .build();
         let new = NewEscalation {
             step: c.step,
-            kind,
             summary: &summary,
             detail: &detail,
         };
         let id = self
             .store
             .create_escalation(&self.lease, &new, Some(status), &c.events.take())?;
-        self.progress
-            .say(format!("agentrun: escalation {id} ({kind}): {summary}"));
+        self.observer.notice(&Notice::Escalated {
+            id,
+            kind: detail.kind(),
+            summary,
+        });
         Ok(CallResult::Paused {
             escalation: id,
             status,
@@ -285,7 +281,7 @@ impl Runner {
         &self,
         c: &CallInput<'_>,
         resolution: Option<&Resolution>,
-    ) -> Result<CallResult, StoreError> {
+    ) -> Result<CallResult, RunError> {
         let content = match resolution {
             Some(Resolution::Reply { text }) => Ok(json!({"answer": text})),
             Some(Resolution::Deny { reason }) => Err(ToolError::new(
@@ -299,15 +295,13 @@ impl Runner {
                     .get("question")
                     .and_then(Value::as_str)
                     .unwrap_or("(no question given)");
-                let facts = json!({"call_id": c.call.id, "tool": ASK_USER, "question": question});
+                let facts = Facts::Question(QuestionFacts {
+                    call_id: c.call.id.as_str().into(),
+                    tool: ASK_USER.into(),
+                    question: question.to_string(),
+                });
                 let problem = format!("the agent asks: {question}");
-                return self.pause(
-                    c,
-                    EscalationKind::Question,
-                    problem,
-                    facts,
-                    RunStatus::Escalated,
-                );
+                return self.pause(c, problem, facts, RunStatus::Escalated);
             }
         };
         Ok(CallResult::Done {
@@ -335,13 +329,13 @@ impl Runner {
         def: Option<&ToolDef>,
         outcome: CallOutcome,
         modified: Option<Value>,
-    ) -> Result<CallResult, StoreError> {
+    ) -> Result<CallResult, RunError> {
         let message = outcome.content["message"]
             .as_str()
             .unwrap_or("it is unknown whether the call took effect")
             .to_string();
         c.events.emit(TraceEvent::Note {
-            kind: "outcome_unknown".into(),
+            kind: NoteKind::OutcomeUnknown,
             message: message.clone(),
         });
         if def.is_some_and(|d| d.on_unknown == OnUnknown::TellModel) {
@@ -352,14 +346,12 @@ impl Runner {
                 fresh: true,
             });
         }
-        let facts = json!({"call_id": c.call.id, "tool": c.call.name, "args": c.call.args});
-        self.pause(
-            c,
-            EscalationKind::OutcomeUnknown,
-            message,
-            facts,
-            RunStatus::Escalated,
-        )
+        let facts = Facts::OutcomeUnknown(CallFacts {
+            call_id: c.call.id.as_str().into(),
+            tool: c.call.name.clone(),
+            args: c.call.args.clone(),
+        });
+        self.pause(c, message, facts, RunStatus::Escalated)
     }
 
     /// A call that was started but has no outcome (the process died during it).
@@ -369,14 +361,14 @@ impl Runner {
         c: &CallInput<'_>,
         def: &ToolDef,
         resolution: Option<&Resolution>,
-    ) -> Result<Option<CallResult>, StoreError> {
+    ) -> Result<Option<CallResult>, RunError> {
         let message = format!(
             "the run stopped while {} was running; it is unknown whether it took effect",
             def.name
         );
         if resolution.is_none() && !def.idempotent {
             c.events.emit(TraceEvent::Note {
-                kind: "outcome_unknown".into(),
+                kind: NoteKind::OutcomeUnknown,
                 message: message.clone(),
             });
         }
@@ -392,14 +384,12 @@ impl Runner {
                 Err(ToolError::new(ErrorKind::OutcomeUnknown, message))
             }
             _ => {
-                let facts = json!({"call_id": c.call.id, "tool": def.name, "args": c.call.args});
-                let paused = self.pause(
-                    c,
-                    EscalationKind::OutcomeUnknown,
-                    message,
-                    facts,
-                    RunStatus::Escalated,
-                )?;
+                let facts = Facts::OutcomeUnknown(CallFacts {
+                    call_id: c.call.id.as_str().into(),
+                    tool: def.name.clone(),
+                    args: c.call.args.clone(),
+                });
+                let paused = self.pause(c, message, facts, RunStatus::Escalated)?;
                 return Ok(Some(paused));
             }
         };
@@ -441,22 +431,20 @@ impl Runner {
 
 /// Approval for exactly this tool and these arguments (their digest), for this call.
 fn approval_gate(decision: Option<&EscalationRow>, tool: &str, args: &Value) -> Gate {
-    let Some(d) = decision.filter(|d| d.kind == EscalationKind::ApprovalRequired) else {
+    let Some((d, Facts::ApprovalRequired(facts))) = decision.map(|d| (d, &d.detail.facts)) else {
         return Gate::Pause;
     };
     let digest = call_key(tool, args);
     match d.resolution.as_ref() {
-        Some(Resolution::Approve) if d.detail["digest"] == digest => Gate::Run,
+        Some(Resolution::Approve) if facts.digest == digest => Gate::Run,
         // Modified arguments are approved as given by the person.
         Some(Resolution::Modify { args: approved }) if call_key(tool, approved) == digest => {
             Gate::Run
         }
-        Some(Resolution::Deny { reason }) if d.detail["tool"] == tool => {
-            Gate::Block(ToolError::new(
-                ErrorKind::ApprovalDenied,
-                format!("a person declined {tool}: {reason}"),
-            ))
-        }
+        Some(Resolution::Deny { reason }) if facts.tool == tool => Gate::Block(ToolError::new(
+            ErrorKind::ApprovalDenied,
+            format!("a person declined {tool}: {reason}"),
+        )),
         _ => Gate::Pause,
     }
 }

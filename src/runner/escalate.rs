@@ -2,66 +2,34 @@
 //! the agent's work — the request, what was checked, the problem, a next step.
 
 use crate::model::{Message, Part, Role};
-use crate::store::EscalationKind;
-use serde_json::{Value, json};
+use crate::store::{EscalationDetail, EscalationKind, Facts, Handover};
 
 /// The facts an escalation is raised with.
-pub struct Handover<'a> {
-    pub kind: EscalationKind,
+pub struct Raise<'a> {
     /// The transcript so far (system prompt first).
     pub messages: &'a [Message],
     /// What went wrong, in one or two sentences.
     pub problem: String,
     /// Kind-specific facts: call_id, tool, args, digest, question…
-    pub facts: Value,
+    pub facts: Facts,
 }
 
-impl Handover<'_> {
-    /// (one-line summary, detail JSON with the handover text).
-    pub fn build(self) -> (String, Value) {
-        let request = request_line(self.messages);
-        let checked = checked_calls(self.messages);
-        let next = suggested_next_step(self.kind, &self.facts);
-        let summary = first_sentence(&self.problem);
-        let mut detail = self.facts;
-        if !detail.is_object() {
-            detail = json!({});
-        }
-        detail["handover"] = json!({
-            "request": request,
-            "checked": checked,
-            "problem": self.problem,
-            "next_step": next,
-        });
+impl Raise<'_> {
+    /// (one-line summary, detail with the handover).
+    pub fn build(self) -> (String, EscalationDetail) {
+        let handover = Handover {
+            request: request_line(self.messages),
+            checked: checked_calls(self.messages),
+            next_step: suggested_next_step(self.facts.kind(), self.facts.tool()),
+            problem: self.problem,
+        };
+        let summary = first_sentence(&handover.problem);
+        let detail = EscalationDetail {
+            facts: self.facts,
+            handover,
+        };
         (summary, detail)
     }
-}
-
-/// The handover as people read it (for `escalations show`).
-pub fn render(detail: &Value) -> String {
-    let h = &detail["handover"];
-    let mut out = format!("Request: {}\n", h["request"].as_str().unwrap_or("?"));
-    let checked: Vec<&str> = h["checked"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    if checked.is_empty() {
-        out.push_str("Checked: nothing yet\n");
-    } else {
-        out.push_str("Checked:\n");
-        for c in checked {
-            out.push_str(&format!("  - {c}\n"));
-        }
-    }
-    out.push_str(&format!(
-        "Problem: {}\n",
-        h["problem"].as_str().unwrap_or("?")
-    ));
-    out.push_str(&format!(
-        "Suggested next step: {}\n",
-        h["next_step"].as_str().unwrap_or("?")
-    ));
-    out
 }
 
 fn request_line(messages: &[Message]) -> String {
@@ -104,8 +72,7 @@ fn checked_calls(messages: &[Message]) -> Vec<String> {
     out
 }
 
-fn suggested_next_step(kind: EscalationKind, facts: &Value) -> String {
-    let tool = facts["tool"].as_str().unwrap_or("the tool");
+fn suggested_next_step(kind: EscalationKind, tool: &str) -> String {
     match kind {
         EscalationKind::ApprovalRequired => format!(
             "Review the call to {tool} with the arguments above; approve it (--approve), change \
@@ -128,9 +95,6 @@ fn suggested_next_step(kind: EscalationKind, facts: &Value) -> String {
              (--reply TEXT); if it did not, --approve runs it again; --deny REASON tells the \
              model it did not happen."
         ),
-        EscalationKind::AllToolsFailed => "Check the failing services; the run finished with \
-             a disclosed best-effort answer. Acknowledge with --reply TEXT."
-            .into(),
         EscalationKind::ToolBug => format!(
             "The tool {tool} crashed or answered nonsense: its owner should look at the error \
              above. Acknowledge with --reply TEXT."
@@ -149,43 +113,4 @@ fn truncate(s: &str, max: usize) -> String {
     }
     let cut: String = s.chars().take(max).collect();
     format!("{cut}…")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_handover_names_request_checks_problem_and_next_step() {
-        let messages = vec![
-            Message::text(Role::System, "sys"),
-            Message::text(Role::User, "Refund order ORD-1001."),
-            Message {
-                role: Role::Assistant,
-                content: vec![Part::ToolCall {
-                    id: "c1".into(),
-                    name: "lookup".into(),
-                    args: json!({"id": "ORD-1001"}),
-                }],
-            },
-            Message::tool_result("c1", json!({"status": "delivered"}), false),
-        ];
-        let (summary, detail) = Handover {
-            kind: EscalationKind::BreakerOpen,
-            messages: &messages,
-            problem: "refund failed 3 times with unavailable (3 attempts each)".into(),
-            facts: json!({"tool": "refund"}),
-        }
-        .build();
-        assert_eq!(
-            summary,
-            "refund failed 3 times with unavailable (3 attempts each)"
-        );
-        let text = render(&detail);
-        assert!(text.starts_with("Request: Refund order ORD-1001.\nChecked:\n  - lookup({\"id\":\"ORD-1001\"}) → {\"status\":\"delivered\"}\n"), "{text}");
-        assert!(
-            text.contains("Suggested next step: Check refund's service."),
-            "{text}"
-        );
-    }
 }

@@ -9,25 +9,24 @@
 
 mod calls;
 pub mod escalate;
+pub mod observe;
 mod policies;
-pub mod progress;
-pub mod setup;
-pub mod state;
 
 use crate::clock::Clock;
 use crate::config::ToolDef;
 use crate::fault;
+use crate::machine::state::{LoopState, budget_note, check_budget};
 use crate::model::{self, Message, ModelRequest, Part, Role, StopReason, ToolCall, ToolSpec};
+use crate::setup::Resolved;
 use crate::store::{
-    CallRecord, EscalationKind, JournalEntry, Lease, NewEscalation, RunId, RunStatus, StepCommit,
-    Store, StoreError,
+    CallRecord, EscalationId, Facts, JournalEntry, Lease, NewEscalation, RunId, RunStatus,
+    StepCommit, Store, StoreError,
 };
+use crate::tools::outcome::ErrorKind;
 use crate::trace::EventBuffer;
 use calls::{CallInput, CallResult, ask_user_spec};
-use progress::Progress;
+use observe::{CallFinished, Notice, Observer, StepStart};
 use serde_json::Value;
-use setup::Resolved;
-use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -40,7 +39,7 @@ pub struct RunOutcome {
     pub steps: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
-    pub escalation_id: Option<i64>,
+    pub escalation_id: Option<EscalationId>,
     /// Why the run stopped, when it is not completed.
     pub reason: Option<String>,
 }
@@ -52,7 +51,20 @@ pub struct Runner {
     pub max_steps: u32,
     pub max_tokens: u64,
     pub clock: Arc<dyn Clock>,
-    pub progress: Arc<Progress>,
+    pub observer: Arc<dyn Observer>,
+}
+
+/// Why a run could not go on: the store failed, or the loop state could not be
+/// written (a bug, not a damaged database).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("run {run}: the loop state cannot be saved: {source}")]
+    State {
+        run: RunId,
+        source: serde_json::Error,
+    },
 }
 
 /// What the loop knows between steps.
@@ -66,14 +78,35 @@ struct Loop {
 struct StepPlan {
     /// System notes to the model (a withdrawn tool, a stuck nudge).
     notes: Vec<Message>,
-    /// A pausing escalation: kind, problem, facts.
-    escalation: Option<(EscalationKind, String, Value)>,
+    /// A pausing escalation: problem, facts.
+    escalation: Option<(String, Facts)>,
 }
 
-fn state_json(run: &RunId, state: &LoopState) -> Result<String, StoreError> {
-    serde_json::to_string(state).map_err(|e| StoreError::Corrupt {
-        run: run.to_string(),
-        message: e.to_string(),
+/// What a step commits, besides the messages and the state.
+struct Commit<'a> {
+    status: RunStatus,
+    answer: Option<&'a str>,
+    error: Option<&'a str>,
+    outcome: Option<&'a CallRecord>,
+    escalation: Option<&'a NewEscalation<'a>>,
+}
+
+impl Commit<'_> {
+    fn running() -> Commit<'static> {
+        Commit {
+            status: RunStatus::Running,
+            answer: None,
+            error: None,
+            outcome: None,
+            escalation: None,
+        }
+    }
+}
+
+fn state_json(run: &RunId, state: &LoopState) -> Result<String, RunError> {
+    serde_json::to_string(state).map_err(|source| RunError::State {
+        run: run.clone(),
+        source,
     })
 }
 
@@ -83,7 +116,7 @@ impl Runner {
     }
 
     /// Drives the run from its last checkpoint until it stops.
-    pub async fn run(&self) -> Result<RunOutcome, StoreError> {
+    pub async fn run(&self) -> Result<RunOutcome, RunError> {
         let mut lp = self.load()?;
         if let Some(outcome) = self.apply_decisions(&mut lp)? {
             return Ok(outcome);
@@ -93,7 +126,9 @@ impl Runner {
                 let reason = stop.message();
                 self.store
                     .set_status(&self.lease, RunStatus::BudgetExhausted, Some(&reason))?;
-                self.progress.say(format!("agentrun: stopped: {reason}"));
+                self.observer.notice(&Notice::Stopped {
+                    reason: reason.clone(),
+                });
                 return Ok(self.outcome(&lp, RunStatus::BudgetExhausted, Some(reason)));
             }
             if let Some(outcome) = self.step(&mut lp).await? {
@@ -119,10 +154,10 @@ impl Runner {
     }
 
     /// One model step and its tool calls. `Some` when the run stops.
-    async fn step(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, StoreError> {
+    async fn step(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, RunError> {
         let step = lp.state.steps + 1;
-        let progress = self.progress.clone();
-        let events = EventBuffer::observed(Arc::new(move |e| progress.event(e)));
+        let observer = self.observer.clone();
+        let events = EventBuffer::observed(Arc::new(move |e| observer.event(e)));
         let stored = self.store.model_turn(self.run_id(), step)?;
         // A step begun by an earlier process may have journaled outcomes and people's
         // decisions; a step whose model turn arrives now has neither, so its reads are
@@ -190,14 +225,20 @@ impl Runner {
                 }
                 CallResult::Done { record, fresh } => (record, fresh),
             };
-            self.progress
-                .call_finished(describe_call(step, call, &record));
+            self.observer
+                .call_finished(&describe_call(step, call, &record));
             new_messages.push(Message::tool_result(
                 &call.id,
                 record.result.clone(),
                 record.is_error,
             ));
-            self.after_call(&mut next, &mut plan, step, call, &record, fresh, lp)?;
+            let finished = policies::Finished {
+                step,
+                call,
+                record: &record,
+                fresh,
+            };
+            self.after_call(&mut next, &mut plan, &finished, lp)?;
             // A non-idempotent outcome is journaled at once even when it is the last:
             // should the step commit be lost, it is reused instead of becoming unknown.
             let at_once = i + 1 < calls.len() || self.must_not_repeat(call);
@@ -225,35 +266,26 @@ impl Runner {
         next: LoopState,
         assistant: Message,
         events: &EventBuffer,
-    ) -> Result<RunOutcome, StoreError> {
+    ) -> Result<RunOutcome, RunError> {
         let answer = assistant.joined_text();
         let degraded = next.degraded;
-        self.progress.say(format!(
-            "agentrun: step {}: final answer{}",
-            next.steps,
-            if degraded {
-                " (degraded: no tools were left)"
-            } else {
-                ""
-            }
-        ));
+        self.observer.notice(&Notice::FinalAnswer {
+            step: next.steps,
+            degraded,
+        });
         let reason = degraded
             .then(|| "degraded: answered without tools after every tool was withdrawn".to_string());
-        self.commit(
-            lp,
-            next,
-            vec![assistant],
-            RunStatus::Completed,
-            Some(&answer),
-            reason.as_deref(),
-            None,
-            events,
-            None,
-        )?;
+        let commit = Commit {
+            status: RunStatus::Completed,
+            answer: Some(&answer),
+            error: reason.as_deref(),
+            ..Commit::running()
+        };
+        self.commit(lp, next, vec![assistant], &commit, events)?;
         Ok(self.outcome(lp, RunStatus::Completed, reason))
     }
 
-    fn paused(&self, lp: &Loop, status: RunStatus, escalation: i64) -> RunOutcome {
+    fn paused(&self, lp: &Loop, status: RunStatus, escalation: EscalationId) -> RunOutcome {
         let mut o = self.outcome(
             lp,
             status,
@@ -289,7 +321,7 @@ impl Runner {
             .first()
             .map(|m| m.name())
             .unwrap_or_default();
-        self.progress.step_started(&progress::StepStart {
+        self.observer.step_started(&StepStart {
             step: lp.state.steps + 1,
             max_steps: self.max_steps,
             tokens: lp.state.tokens_used(),
@@ -332,19 +364,14 @@ impl Runner {
         specs
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn commit(
         &self,
         lp: &mut Loop,
         next: LoopState,
         new_messages: Vec<Message>,
-        status: RunStatus,
-        answer: Option<&str>,
-        error: Option<&str>,
-        outcome: Option<&CallRecord>,
+        c: &Commit<'_>,
         events: &EventBuffer,
-        escalation: Option<&NewEscalation<'_>>,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Option<EscalationId>, RunError> {
         let state = state_json(self.run_id(), &next)?;
         let id = self.store.commit_step(
             &self.lease,
@@ -354,12 +381,12 @@ impl Runner {
                 state: &state,
                 input_tokens: next.input_tokens,
                 output_tokens: next.output_tokens,
-                status,
-                answer,
-                error,
-                outcome,
+                status: c.status,
+                answer: c.answer,
+                error: c.error,
+                outcome: c.outcome,
                 events: &events.take(),
-                escalation,
+                escalation: c.escalation,
             },
         )?;
         fault::point("after_commit");
@@ -374,13 +401,15 @@ impl Runner {
         step: u32,
         e: model::ModelError,
         events: &EventBuffer,
-    ) -> Result<RunOutcome, StoreError> {
+    ) -> Result<RunOutcome, RunError> {
         let reason = format!("model call for step {step} failed: {e}");
         self.store
             .record_events(&self.lease, lp.state.steps, &events.take())?;
         self.store
             .set_status(&self.lease, RunStatus::Failed, Some(&reason))?;
-        self.progress.say(format!("agentrun: {reason}"));
+        self.observer.notice(&Notice::Failed {
+            reason: reason.clone(),
+        });
         Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
     }
 
@@ -392,7 +421,7 @@ impl Runner {
         next: LoopState,
         assistant: Message,
         events: &EventBuffer,
-    ) -> Result<RunOutcome, StoreError> {
+    ) -> Result<RunOutcome, RunError> {
         let reason = "the model's response was cut off at its output-token limit; \
                       it is not a final answer"
             .to_string();
@@ -407,18 +436,15 @@ impl Runner {
                 .collect(),
         };
         let note = Message::text(Role::System, format!("[agentrun] {reason}."));
-        self.commit(
-            lp,
-            next,
-            vec![text_only, note],
-            RunStatus::Failed,
-            None,
-            Some(&reason),
-            None,
-            events,
-            None,
-        )?;
-        self.progress.say(format!("agentrun: {reason}"));
+        let commit = Commit {
+            status: RunStatus::Failed,
+            error: Some(&reason),
+            ..Commit::running()
+        };
+        self.commit(lp, next, vec![text_only, note], &commit, events)?;
+        self.observer.notice(&Notice::Failed {
+            reason: reason.clone(),
+        });
         Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
     }
 
@@ -442,28 +468,17 @@ impl Runner {
     }
 }
 
-fn describe_call(step: u32, call: &ToolCall, r: &CallRecord) -> String {
-    let attempts = match r.attempts {
-        1 => "1 attempt".to_string(),
-        n => format!("{n} attempts"),
-    };
-    let via = r
-        .via
-        .as_deref()
-        .map(|v| format!(" via {v}"))
-        .unwrap_or_default();
-    let what = if r.is_error {
-        let kind = r
-            .result
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("error");
-        format!("error {kind}")
-    } else {
-        "ok".to_string()
-    };
-    format!(
-        "agentrun: step {step}: {} {what}{via} ({attempts})",
-        call.name
-    )
+fn describe_call<'a>(step: u32, call: &'a ToolCall, r: &'a CallRecord) -> CallFinished<'a> {
+    let kind = r
+        .result
+        .get("error")
+        .and_then(Value::as_str)
+        .and_then(ErrorKind::parse);
+    CallFinished {
+        step,
+        tool: &call.name,
+        attempts: r.attempts,
+        via: r.via.as_deref(),
+        failed: r.is_error.then_some(kind),
+    }
 }

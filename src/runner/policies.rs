@@ -2,19 +2,30 @@
 //! withdrawal, stuck detection, tool-bug reports), committing a step with what they
 //! decided, and carrying people's decisions on between-step escalations into a run.
 
-use super::escalate::Handover;
-use super::state::LoopState;
-use super::{Loop, RunOutcome, Runner, StepPlan, state_json};
+use super::escalate::Raise;
+use super::observe::Notice;
+use super::{Commit, Loop, RunError, RunOutcome, Runner, StepPlan, state_json};
+use crate::machine::policy;
+use crate::machine::state::LoopState;
 use crate::model::{Message, Role, ToolCall};
-use crate::recovery::policy;
 use crate::runner::calls::ASK_USER;
 use crate::store::{
-    CallRecord, EscalationKind, EscalationRow, NewEscalation, Resolution, RunStatus, StoreError,
+    BreakerFacts, CallFacts, CallRecord, EscalationRow, Facts, NewEscalation, Resolution,
+    RunStatus, StoreError, StuckFacts,
 };
 use crate::tools::outcome::ErrorKind;
 use crate::trace::EventBuffer;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
+
+/// A call that just finished, for the policies.
+pub(super) struct Finished<'a> {
+    pub step: u32,
+    pub call: &'a ToolCall,
+    pub record: &'a CallRecord,
+    /// Produced now (not reused from the journal).
+    pub fresh: bool,
+}
 
 impl Runner {
     /// Decided escalations that block a call of this step, by call id (latest wins).
@@ -37,17 +48,14 @@ impl Runner {
 
     /// Feeds a finished call to the recovery policies: breaker, withdrawal, stuck
     /// detection, tool-bug reports.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn after_call(
         &self,
         next: &mut LoopState,
         plan: &mut StepPlan,
-        step: u32,
-        call: &ToolCall,
-        record: &CallRecord,
-        fresh: bool,
+        f: &Finished<'_>,
         lp: &Loop,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), RunError> {
+        let (step, call, record, fresh) = (f.step, f.call, f.record, f.fresh);
         if call.name == ASK_USER {
             return Ok(());
         }
@@ -66,14 +74,17 @@ impl Runner {
         if verdict.breaker_opened && plan.escalation.is_none() {
             let kind = error.map(ErrorKind::as_str).unwrap_or("error");
             plan.escalation = Some((
-                EscalationKind::BreakerOpen,
                 format!(
                     "{} failed {} times with the same arguments (last: {kind}, {} attempt(s): {message}); \
                      the circuit for this call is open",
                     call.name, policy.breaker_threshold, record.attempts
                 ),
-                json!({"call_id": call.id, "tool": call.name, "args": call.args,
-                       "key": policy::call_key(&call.name, &call.args)}),
+                Facts::BreakerOpen(BreakerFacts {
+                    call_id: call.id.as_str().into(),
+                    tool: call.name.clone(),
+                    args: call.args.clone(),
+                    digest: policy::call_key(&call.name, &call.args),
+                }),
             ));
         }
         if verdict.withdrawn {
@@ -102,15 +113,16 @@ impl Runner {
                     stuck.describe()
                 );
                 plan.notes.push(Message::text(Role::System, text));
-                self.progress.say(format!(
-                    "agentrun: step {step}: nudged: {}",
-                    stuck.describe()
-                ));
+                self.observer.notice(&Notice::Nudged {
+                    step,
+                    what: stuck.describe(),
+                });
             } else if plan.escalation.is_none() {
                 plan.escalation = Some((
-                    EscalationKind::Stuck,
                     format!("the agent kept looping after a nudge: {}", stuck.describe()),
-                    json!({"tool": call.name}),
+                    Facts::Stuck(StuckFacts {
+                        tool: call.name.clone(),
+                    }),
                 ));
             }
         }
@@ -123,24 +135,24 @@ impl Runner {
         call: &ToolCall,
         message: &str,
         lp: &Loop,
-    ) -> Result<(), StoreError> {
-        let (summary, detail) = Handover {
-            kind: EscalationKind::ToolBug,
+    ) -> Result<(), RunError> {
+        let (summary, detail) = Raise {
             messages: &lp.messages,
             problem: format!("{} failed with a tool bug: {message}", call.name),
-            facts: json!({"tool": call.name, "args": call.args, "call_id": call.id}),
+            facts: Facts::ToolBug(CallFacts {
+                call_id: call.id.as_str().into(),
+                tool: call.name.clone(),
+                args: call.args.clone(),
+            }),
         }
         .build();
         let new = NewEscalation {
             step,
-            kind: EscalationKind::ToolBug,
             summary: &summary,
             detail: &detail,
         };
         let id = self.store.create_escalation(&self.lease, &new, None, &[])?;
-        self.progress.say(format!(
-            "agentrun: escalation {id} (tool_bug) queued for the tool's owner; the run goes on"
-        ));
+        self.observer.notice(&Notice::ToolBugQueued { id });
         Ok(())
     }
 
@@ -154,7 +166,7 @@ impl Runner {
         mut plan: StepPlan,
         last: Option<&CallRecord>,
         events: &EventBuffer,
-    ) -> Result<Option<RunOutcome>, StoreError> {
+    ) -> Result<Option<RunOutcome>, RunError> {
         let all_withdrawn = self
             .configured_tools()
             .iter()
@@ -165,28 +177,20 @@ impl Runner {
                 Role::System,
                 self.resolved.snapshot.prompts.degraded.trim(),
             ));
-            self.progress
-                .say("agentrun: every tool was withdrawn; asking for an answer without tools");
+            self.observer.notice(&Notice::Degraded);
         }
         new_messages.extend(plan.notes);
-        let Some((kind, problem, facts)) = plan.escalation else {
-            self.commit(
-                lp,
-                next,
-                new_messages,
-                RunStatus::Running,
-                None,
-                None,
-                last,
-                events,
-                None,
-            )?;
+        let Some((problem, facts)) = plan.escalation else {
+            let commit = Commit {
+                outcome: last,
+                ..Commit::running()
+            };
+            self.commit(lp, next, new_messages, &commit, events)?;
             return Ok(None);
         };
         let mut transcript = lp.messages.clone();
         transcript.extend(new_messages.iter().cloned());
-        let (summary, detail) = Handover {
-            kind,
+        let (summary, detail) = Raise {
             messages: &transcript,
             problem,
             facts,
@@ -194,25 +198,23 @@ impl Runner {
         .build();
         let new = NewEscalation {
             step: next.steps,
-            kind,
             summary: &summary,
             detail: &detail,
         };
-        let id = self.commit(
-            lp,
-            next,
-            new_messages,
-            RunStatus::Escalated,
-            None,
-            None,
-            last,
-            events,
-            Some(&new),
-        )?;
-        self.progress.say(format!(
-            "agentrun: escalation {} ({kind}): {summary}",
-            id.unwrap_or_default()
-        ));
+        let commit = Commit {
+            status: RunStatus::Escalated,
+            outcome: last,
+            escalation: Some(&new),
+            ..Commit::running()
+        };
+        let id = self.commit(lp, next, new_messages, &commit, events)?;
+        if let Some(id) = id {
+            self.observer.notice(&Notice::Escalated {
+                id,
+                kind: detail.kind(),
+                summary: summary.clone(),
+            });
+        }
         let mut o = self.outcome(lp, RunStatus::Escalated, Some(summary));
         o.escalation_id = id;
         Ok(Some(o))
@@ -220,7 +222,7 @@ impl Runner {
 
     /// Carries people's decisions on between-step escalations (breaker, stuck) into the
     /// run, once each.
-    pub(super) fn apply_decisions(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, StoreError> {
+    pub(super) fn apply_decisions(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, RunError> {
         for e in self.store.escalations_for_run(self.run_id())? {
             if e.open || e.applied || !e.kind.pauses() || e.kind.blocks_a_call() {
                 continue;
@@ -231,21 +233,18 @@ impl Runner {
             let mut state = lp.state.clone();
             let mut notes = Vec::new();
             let mut stop = None;
-            match (e.kind, resolution) {
-                (EscalationKind::BreakerOpen, Resolution::Approve) => {
-                    let key = e.detail["key"].as_str().unwrap_or_default();
-                    state.open_circuits.remove(key);
-                    state.call_failures.remove(key);
-                    if let Some(tool) = e.detail["tool"].as_str() {
-                        state.disabled.remove(tool);
-                        state.tool_failures.remove(tool);
-                    }
+            match (&e.detail.facts, resolution) {
+                (Facts::BreakerOpen(f), Resolution::Approve) => {
+                    state.open_circuits.remove(&f.digest);
+                    state.call_failures.remove(&f.digest);
+                    state.disabled.remove(&f.tool);
+                    state.tool_failures.remove(&f.tool);
                 }
-                (EscalationKind::Stuck, Resolution::Approve) => {
+                (Facts::Stuck(_), Resolution::Approve) => {
                     policy::reset_stuck_history(&mut state);
                     state.nudged = false;
                 }
-                (EscalationKind::Stuck, Resolution::Deny { reason }) => {
+                (Facts::Stuck(_), Resolution::Deny { reason }) => {
                     stop = Some(format!(
                         "stopped by a person (escalation {}): {reason}",
                         e.id
@@ -264,7 +263,7 @@ impl Runner {
             let status = stop.as_deref().map(|r| (RunStatus::Failed, r));
             self.store.apply_resolution(
                 &self.lease,
-                e.id,
+                e.id.0,
                 lp.state.steps,
                 &notes,
                 &json,

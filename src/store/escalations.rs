@@ -1,5 +1,6 @@
 //! The human queue: escalations a run raises, and the decisions people record.
 
+use super::detail::EscalationDetail;
 use super::runs::check_lease;
 use super::{Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
 use crate::trace::TraceEvent;
@@ -16,18 +17,16 @@ pub enum EscalationKind {
     Stuck,
     Question,
     OutcomeUnknown,
-    AllToolsFailed,
     ToolBug,
 }
 
 impl EscalationKind {
-    pub const ALL: [EscalationKind; 7] = [
+    pub const ALL: [EscalationKind; 6] = [
         EscalationKind::BreakerOpen,
         EscalationKind::ApprovalRequired,
         EscalationKind::Stuck,
         EscalationKind::Question,
         EscalationKind::OutcomeUnknown,
-        EscalationKind::AllToolsFailed,
         EscalationKind::ToolBug,
     ];
 
@@ -38,7 +37,6 @@ impl EscalationKind {
             EscalationKind::Stuck => "stuck",
             EscalationKind::Question => "question",
             EscalationKind::OutcomeUnknown => "outcome_unknown",
-            EscalationKind::AllToolsFailed => "all_tools_failed",
             EscalationKind::ToolBug => "tool_bug",
         }
     }
@@ -47,13 +45,10 @@ impl EscalationKind {
         EscalationKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
-    /// Whether the run waits for this one (tool bugs and failed chains are reports for
-    /// a tool's owner; the run goes on).
+    /// Whether the run waits for this one (a tool bug is a report for the tool's
+    /// owner; the run goes on).
     pub fn pauses(self) -> bool {
-        !matches!(
-            self,
-            EscalationKind::ToolBug | EscalationKind::AllToolsFailed
-        )
+        self != EscalationKind::ToolBug
     }
 
     /// Whether the run paused in the middle of a tool call (vs. between steps).
@@ -83,16 +78,26 @@ pub enum Resolution {
     Reply { text: String },
 }
 
+/// An escalation's number in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EscalationId(pub i64);
+
+impl fmt::Display for EscalationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EscalationRow {
-    pub id: i64,
+    pub id: EscalationId,
     pub run_id: RunId,
     pub step: u32,
     pub kind: EscalationKind,
     pub open: bool,
     pub summary: String,
     /// Kind-specific facts (tool, args, call id, digest) and the handover text.
-    pub detail: Value,
+    pub detail: EscalationDetail,
     pub created_at: i64,
     pub resolved_at: Option<i64>,
     pub resolved_by: Option<String>,
@@ -103,15 +108,21 @@ pub struct EscalationRow {
 impl EscalationRow {
     /// The call this escalation blocks, if any.
     pub fn call_id(&self) -> Option<&str> {
-        self.detail.get("call_id").and_then(Value::as_str)
+        self.detail.facts.call_id().map(|c| c.as_str())
     }
 }
 
 pub struct NewEscalation<'a> {
     pub step: u32,
-    pub kind: EscalationKind,
     pub summary: &'a str,
-    pub detail: &'a Value,
+    /// The facts (and so the kind) and the handover.
+    pub detail: &'a EscalationDetail,
+}
+
+impl NewEscalation<'_> {
+    pub fn kind(&self) -> EscalationKind {
+        self.detail.kind()
+    }
 }
 
 const COLUMNS: &str = "id, run_id, step, kind, status, summary, detail, created_at, resolved_at, \
@@ -127,7 +138,7 @@ impl Store {
         new: &NewEscalation<'_>,
         pause_as: Option<RunStatus>,
         events: &[TraceEvent],
-    ) -> Result<i64> {
+    ) -> Result<EscalationId> {
         self.write(|tx| {
             check_lease(tx, lease)?;
             let id = insert(tx, &lease.run, new)?;
@@ -137,10 +148,10 @@ impl Store {
                     params![lease.run.0, status.as_str(), now_ms()],
                 )?;
             }
-            if let (true, Some(call)) = (new.kind.blocks_a_call(), new.detail.get("call_id")) {
+            if let (true, Some(call)) = (new.kind().blocks_a_call(), new.detail.facts.call_id()) {
                 tx.execute(
                     "UPDATE tool_calls SET started = 0 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
-                    params![lease.run.0, new.step, call.as_str().unwrap_or_default()],
+                    params![lease.run.0, new.step, call.as_str()],
                 )?;
             }
             super::journal::insert_events(tx, &lease.run, new.step, events)?;
@@ -148,11 +159,11 @@ impl Store {
         })
     }
 
-    pub fn escalation(&self, id: i64) -> Result<EscalationRow> {
+    pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
         let conn = self.lock();
         conn.query_row(
             &format!("SELECT {COLUMNS} FROM escalations WHERE id = ?1"),
-            [id],
+            [id.0],
             escalation_row,
         )
         .optional()?
@@ -188,36 +199,43 @@ impl Store {
     }
 
     /// Records a person's decision. Refused when already resolved.
-    pub fn resolve_escalation(&self, id: i64, resolution: &Resolution, by: &str) -> Result<()> {
+    pub fn resolve_escalation(
+        &self,
+        id: EscalationId,
+        resolution: &Resolution,
+        by: &str,
+    ) -> Result<()> {
         let json = serde_json::to_string(resolution).map_err(|e| StoreError::Corrupt {
             run: String::new(),
             message: e.to_string(),
         })?;
         self.write(|tx| {
             let status: Option<String> = tx
-                .query_row("SELECT status FROM escalations WHERE id = ?1", [id], |r| {
-                    r.get(0)
-                })
+                .query_row(
+                    "SELECT status FROM escalations WHERE id = ?1",
+                    [id.0],
+                    |r| r.get(0),
+                )
                 .optional()?;
             match status.as_deref() {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
                 Some("open") => {}
-                Some(_) => return Err(StoreError::AlreadyResolved(id)),
+                Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
             }
             tx.execute(
                 "UPDATE escalations SET status = 'resolved', resolved_at = ?2, resolved_by = ?3,
                     resolution = ?4 WHERE id = ?1",
-                params![id, now_ms(), by, json],
+                params![id.0, now_ms(), by, json],
             )?;
             Ok(())
         })
     }
 
     /// Marks a between-step escalation's decision as carried into the run.
-    pub fn mark_applied(&self, lease: &Lease, id: i64) -> Result<()> {
+    pub fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()> {
         self.write(|tx| {
             check_lease(tx, lease)?;
-            tx.execute("UPDATE escalations SET applied = 1 WHERE id = ?1", [id])?;
+            tx.execute("UPDATE escalations SET applied = 1 WHERE id = ?1", [id.0])?;
             Ok(())
         })
     }
@@ -227,20 +245,20 @@ pub(super) fn insert(
     tx: &rusqlite::Transaction<'_>,
     run: &RunId,
     new: &NewEscalation<'_>,
-) -> Result<i64> {
+) -> Result<EscalationId> {
     tx.execute(
         "INSERT INTO escalations (run_id, step, kind, status, summary, detail, created_at)
          VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6)",
         params![
             run.0,
             new.step,
-            new.kind.as_str(),
+            new.kind().as_str(),
             new.summary,
-            new.detail.to_string(),
+            new.detail.to_json().to_string(),
             now_ms()
         ],
     )?;
-    Ok(tx.last_insert_rowid())
+    Ok(EscalationId(tx.last_insert_rowid()))
 }
 
 fn escalation_row(r: &Row<'_>) -> rusqlite::Result<Result<EscalationRow>> {
@@ -255,16 +273,17 @@ fn escalation_row(r: &Row<'_>) -> rusqlite::Result<Result<EscalationRow>> {
     };
     let detail: String = r.get(6)?;
     let resolution: Option<String> = r.get(10)?;
-    let detail = match serde_json::from_str(&detail) {
-        Ok(v) => v,
-        Err(e) => return Ok(Err(bad(e.to_string()))),
-    };
+    let detail =
+        match serde_json::from_str(&detail).and_then(|v| EscalationDetail::from_json(kind, v)) {
+            Ok(v) => v,
+            Err(e) => return Ok(Err(bad(e.to_string()))),
+        };
     let resolution = match resolution.map(|t| serde_json::from_str(&t)).transpose() {
         Ok(v) => v,
         Err(e) => return Ok(Err(bad(e.to_string()))),
     };
     Ok(Ok(EscalationRow {
-        id,
+        id: EscalationId(id),
         run_id: RunId(r.get(1)?),
         step: r.get(2)?,
         kind,

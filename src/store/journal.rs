@@ -212,7 +212,11 @@ impl Store {
 
     /// Commits a finished step: its messages, the loop state and the run's counters,
     /// and the escalation it raised (whose id is returned).
-    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<i64>> {
+    pub fn commit_step(
+        &self,
+        lease: &Lease,
+        c: &StepCommit<'_>,
+    ) -> Result<Option<super::EscalationId>> {
         self.write(|tx| {
             check_lease(tx, lease)?;
             if let Some(record) = c.outcome {

@@ -25,12 +25,17 @@
 //! keeps locked past the busy timeout each get their own error, which the command layer
 //! turns into one line and exit 2.
 
+mod detail;
 mod escalations;
 mod journal;
 mod migrations;
 mod runs;
 
-pub use escalations::{EscalationKind, EscalationRow, NewEscalation, Resolution};
+pub use detail::{
+    ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts, Handover,
+    QuestionFacts, StuckFacts,
+};
+pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
 pub use runs::{Lease, NewRun, RunRow, RunStatus};
 

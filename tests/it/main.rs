@@ -11,6 +11,8 @@ mod crash;
 mod escalations;
 mod examples;
 mod first_hour;
+mod golden;
+mod handover;
 mod lease;
 mod providers;
 mod providers_e2e;

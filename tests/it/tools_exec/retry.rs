@@ -44,7 +44,11 @@ async fn attempts_and_waits_are_traced() {
         panic!("{events:?}")
     };
     assert_eq!(
-        (*attempt, error.as_deref(), class.as_deref()),
+        (
+            *attempt,
+            error.map(|k| k.as_str()),
+            class.map(|c| c.as_str())
+        ),
         (1, Some("unavailable"), Some("transient"))
     );
     assert_eq!(

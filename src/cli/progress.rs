@@ -14,6 +14,7 @@ use crate::render::Style;
 use crate::render::summary::final_line;
 use crate::render::transcript::describe_event;
 use crate::runner::RunOutcome;
+use crate::runner::observe::{CallFinished, Notice, Observer, StepStart};
 use crate::trace::TraceEvent;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::io::{IsTerminal, Write};
@@ -29,17 +30,6 @@ pub enum Mode {
     Lines,
     /// Plain lines even on a terminal.
     Plain,
-}
-
-/// A step about to ask the model (for [`Progress::step_started`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepStart<'a> {
-    pub step: u32,
-    pub max_steps: u32,
-    /// Tokens used so far (input + output), and the budget.
-    pub tokens: u64,
-    pub max_tokens: u64,
-    pub model: &'a str,
 }
 
 pub struct Progress {
@@ -79,8 +69,24 @@ impl Progress {
         }
     }
 
+    /// The run stopped: clear the status line and print the final one (status, steps,
+    /// tokens, elapsed time).
+    pub fn finished(&self, o: &RunOutcome) {
+        let elapsed = self.started.elapsed();
+        match &self.out {
+            Out::Quiet => {}
+            Out::Plain => print_line(&final_line(o, Some(elapsed), Style::PLAIN)),
+            Out::Live(live) => {
+                live.clear();
+                print_line(&final_line(o, Some(elapsed), live.style));
+            }
+        }
+    }
+}
+
+impl Observer for Progress {
     /// The loop is about to ask the model for step `s.step`.
-    pub fn step_started(&self, s: &StepStart<'_>) {
+    fn step_started(&self, s: &StepStart<'_>) {
         match &self.out {
             Out::Quiet => {}
             Out::Plain => print_line(&format!(
@@ -98,7 +104,7 @@ impl Progress {
     }
 
     /// A tool call is about to run (it may take up to `max_attempts` attempts).
-    pub fn call_started(&self, tool: &str, max_attempts: u32) {
+    fn call_started(&self, tool: &str, max_attempts: u32) {
         if let Out::Live(live) = &self.out {
             live.update(|st| {
                 st.tool = Some((tool.to_string(), 1, max_attempts));
@@ -108,12 +114,13 @@ impl Progress {
     }
 
     /// A tool call finished; `line` says how (kept in the history above the status).
-    pub fn call_finished(&self, line: impl AsRef<str>) {
+    fn call_finished(&self, c: &CallFinished<'_>) {
+        let line = call_line(c);
         match &self.out {
             Out::Quiet => {}
-            Out::Plain => print_line(line.as_ref()),
+            Out::Plain => print_line(&line),
             Out::Live(live) => {
-                live.println(line.as_ref());
+                live.println(&line);
                 live.update(|st| {
                     st.tool = None;
                     st.doing.clear();
@@ -123,7 +130,7 @@ impl Progress {
     }
 
     /// A trace event as it happens (attempts, backoff waits, fallback hops, notes).
-    pub fn event(&self, e: &TraceEvent) {
+    fn event(&self, e: &TraceEvent) {
         match &self.out {
             Out::Quiet => {}
             Out::Plain if worth_a_line(e) => {
@@ -134,18 +141,50 @@ impl Progress {
         }
     }
 
-    /// The run stopped: clear the status line and print the final one (status, steps,
-    /// tokens, elapsed time).
-    pub fn finished(&self, o: &RunOutcome) {
-        let elapsed = self.started.elapsed();
-        match &self.out {
-            Out::Quiet => {}
-            Out::Plain => print_line(&final_line(o, Some(elapsed), Style::PLAIN)),
-            Out::Live(live) => {
-                live.clear();
-                print_line(&final_line(o, Some(elapsed), live.style));
+    fn notice(&self, n: &Notice) {
+        self.say(notice_line(n));
+    }
+}
+
+/// `agentrun: step 2: search_kb error timeout via kb_cache (3 attempts)`.
+fn call_line(c: &CallFinished<'_>) -> String {
+    let attempts = match c.attempts {
+        1 => "1 attempt".to_string(),
+        n => format!("{n} attempts"),
+    };
+    let via = c.via.map(|v| format!(" via {v}")).unwrap_or_default();
+    let what = match c.failed {
+        None => "ok".to_string(),
+        Some(kind) => format!("error {}", kind.map_or("error", |k| k.as_str())),
+    };
+    format!(
+        "agentrun: step {}: {} {what}{via} ({attempts})",
+        c.step, c.tool
+    )
+}
+
+fn notice_line(n: &Notice) -> String {
+    match n {
+        Notice::Stopped { reason } => format!("agentrun: stopped: {reason}"),
+        Notice::FinalAnswer { step, degraded } => format!(
+            "agentrun: step {step}: final answer{}",
+            if *degraded {
+                " (degraded: no tools were left)"
+            } else {
+                ""
             }
+        ),
+        Notice::Escalated { id, kind, summary } => {
+            format!("agentrun: escalation {id} ({kind}): {summary}")
         }
+        Notice::ToolBugQueued { id } => format!(
+            "agentrun: escalation {id} (tool_bug) queued for the tool's owner; the run goes on"
+        ),
+        Notice::Nudged { step, what } => format!("agentrun: step {step}: nudged: {what}"),
+        Notice::Degraded => {
+            "agentrun: every tool was withdrawn; asking for an answer without tools".into()
+        }
+        Notice::Failed { reason } => format!("agentrun: {reason}"),
     }
 }
 

@@ -3,7 +3,7 @@
 //! is tested directly.
 
 use crate::config::{Approval, Policy, ToolDef};
-use crate::runner::state::LoopState;
+use crate::machine::state::LoopState;
 use crate::tools::outcome::{ErrorClass, ErrorKind};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
