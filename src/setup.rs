@@ -65,6 +65,9 @@ pub struct Resolved {
 
 pub struct StartOptions {
     pub task: PathBuf,
+    /// The task's text when it did not come from the file `task` (`start -`,
+    /// `start --prompt`); `task` then only names it and places relative paths.
+    pub task_text: Option<String>,
     pub tools: Option<PathBuf>,
     pub model: Option<String>,
     pub max_steps: Option<u32>,
@@ -80,7 +83,10 @@ pub struct Prepared {
 
 /// Reads and validates everything `start` needs.
 pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
-    let task = task::load(&opts.task)?;
+    let task = match &opts.task_text {
+        Some(text) => task::parse(text, &opts.task)?,
+        None => task::load(&opts.task)?,
+    };
     let tools_path = find_tools(&opts.task, opts.tools.as_deref())?;
     let (tools_toml, prompts) = match &tools_path {
         Some(p) => {

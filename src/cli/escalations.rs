@@ -7,6 +7,7 @@ use crate::store::{EscalationId, EscalationKind, EscalationRow, Facts, Resolutio
 use crate::timefmt::{age, rfc3339};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
+use std::fmt::Write;
 
 #[derive(Debug, Subcommand)]
 pub enum EscalationsCmd {
@@ -66,6 +67,9 @@ pub struct ResolveArgs {
     /// Who decides [default: $USER]
     #[arg(long, value_name = "NAME")]
     pub by: Option<String>,
+    /// Then continue the run at once (as `agentrun resume RUN_ID`).
+    #[arg(long)]
+    pub resume: bool,
 }
 
 pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
@@ -90,21 +94,25 @@ pub fn summary_json(e: &EscalationRow) -> Value {
 
 fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
     let rows = store.list_escalations(all)?;
+    let mut o = String::new();
     if cli.json {
         output::print_json(&rows.iter().map(summary_json).collect())?;
         return Ok(Exit::Completed);
     }
     if rows.is_empty() {
-        println!("no {}escalations", if all { "" } else { "open " });
+        writeln!(o, "no {}escalations", if all { "" } else { "open " })?;
+        output::print_out(&o)?;
         return Ok(Exit::Completed);
     }
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    println!(
+    writeln!(
+        o,
         "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  SUMMARY",
         "ID", "RUN", "KIND", "STATUS", "AGE"
-    );
+    )?;
     for e in &rows {
-        println!(
+        writeln!(
+            o,
             "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  {}",
             e.id,
             e.run_id.as_str(),
@@ -112,13 +120,15 @@ fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
             if e.open { "open" } else { "resolved" },
             age(now, e.created_at),
             e.summary
-        );
+        )?;
     }
+    output::print_out(&o)?;
     Ok(Exit::Completed)
 }
 
 fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
     let e = store.escalation(EscalationId(id))?;
+    let mut o = String::new();
     let events = store.events(&e.run_id)?;
     let recent = &events[events.len().saturating_sub(10)..];
     if cli.json {
@@ -135,42 +145,51 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         output::print_json(&v)?;
         return Ok(Exit::Completed);
     }
-    println!(
+    writeln!(
+        o,
         "escalation {}  {}  {}",
         e.id,
         e.kind,
         if e.open { "open" } else { "resolved" }
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "run {} (step {}), raised {}",
         e.run_id,
         e.step,
         rfc3339(e.created_at)
-    );
-    println!("tool {}", e.detail.facts.tool());
+    )?;
+    writeln!(o, "tool {}", e.detail.facts.tool())?;
     if let Some(args) = e.detail.facts.args() {
-        println!("arguments {args}");
+        writeln!(o, "arguments {args}")?;
     }
     if let Facts::Question(q) = &e.detail.facts {
-        println!("question {}", q.question);
+        writeln!(o, "question {}", q.question)?;
     }
-    println!();
-    print!("{}", handover::render(&e.detail.handover));
+    writeln!(o)?;
+    write!(o, "{}", handover::render(&e.detail.handover))?;
     if let (Some(r), Some(by), Some(at)) = (&e.resolution, &e.resolved_by, e.resolved_at) {
-        println!("\nDecision: {} by {by} at {}", describe(r), rfc3339(at));
+        writeln!(o, "\nDecision: {} by {by} at {}", describe(r), rfc3339(at))?;
     } else {
-        println!(
+        writeln!(
+            o,
             "\nDecide with: agentrun escalations resolve {} {}",
             e.id,
             allowed(e.kind).join(" | ")
-        );
+        )?;
     }
     if !recent.is_empty() {
-        println!("\nRecent trace:");
+        writeln!(o, "\nRecent trace:")?;
         for ev in recent {
-            println!("  step {}: {}", ev.step, super::describe_event(&ev.event));
+            writeln!(
+                o,
+                "  step {}: {}",
+                ev.step,
+                super::describe_event(&ev.event)
+            )?;
         }
     }
+    output::print_out(&o)?;
     Ok(Exit::Completed)
 }
 
@@ -190,6 +209,23 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
     store.resolve_escalation(e.id, &resolution, &by)?;
+    if args.resume {
+        // stdout is the resumed run's (answer or JSON); the decision goes to stderr.
+        if !cli.quiet && !cli.json {
+            eprintln!(
+                "agentrun: escalation {} resolved: {}",
+                e.id,
+                describe(&resolution)
+            );
+        }
+        let resume = super::start::ResumeArgs {
+            run_id: e.run_id.to_string(),
+            max_steps: None,
+            max_tokens: None,
+            model: None,
+        };
+        return super::start::resume(cli, &resume);
+    }
     if cli.json {
         let mut v = summary_json(&store.escalation(e.id)?);
         v["resolution"] = serde_json::to_value(&resolution)?;
@@ -197,7 +233,10 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     } else {
         println!("escalation {} resolved: {}", e.id, describe(&resolution));
         if e.kind.pauses() {
-            println!("continue the run with: agentrun resume {}", e.run_id);
+            println!(
+                "continue the run with: agentrun resume {} (or resolve with --resume next time)",
+                e.run_id
+            );
         }
     }
     Ok(Exit::Completed)

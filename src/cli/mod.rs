@@ -9,6 +9,7 @@ pub mod progress;
 mod runs;
 pub mod settings;
 
+pub use output::is_broken_pipe;
 pub use runs::describe_event;
 mod start;
 mod tools;

@@ -1,7 +1,7 @@
 //! JSON shapes of DESIGN §1 and the one-line summaries printed to stderr.
 
 use crate::runner::RunOutcome;
-use crate::store::{JournalEntry, RunRow, Store, StoredEvent, StoredMessage};
+use crate::store::{JournalEntry, RunId, RunRow, Store, StoredEvent, StoredMessage};
 use crate::timefmt::rfc3339;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -108,23 +108,20 @@ fn stream<W: Write>(
     Ok(())
 }
 
-/// `runs show --json`, written as it is read from the store (issue 14): the same bytes
-/// as [`run_detail_json`] plus `escalations` printed by [`print_json`], but the
-/// transcript, journal and trace go out one element at a time, so the first output
-/// comes after one index lookup and memory stays flat however long the run.
-///
-/// The small fields are laid out by `serde_json` itself (a `Value` object, keys in
-/// its order); only the three long arrays are streamed into their places.
+/// `runs show --json`, written as it is read from the store (issue 14): `head` is the
+/// document with the run's `messages`, `tool_calls` and `events` left empty (as
+/// [`run_detail_json`] builds it from empty slices), and the output is the same bytes
+/// as [`print_json`] of the full document, but those three arrays go out one element
+/// at a time, read as they are written: the first output comes after one index lookup
+/// and memory stays flat however long the run.
 pub fn write_run_detail_json(
     out: &mut impl Write,
     store: &Store,
-    r: &RunRow,
-    escalations: Value,
+    run: &RunId,
+    head: Value,
 ) -> anyhow::Result<()> {
-    let mut head = run_detail_json(r, &[], &[], &[]);
-    head["escalations"] = escalations;
     let Value::Object(fields) = head else {
-        anyhow::bail!("run {} has no JSON object", r.id);
+        anyhow::bail!("run {run}: the document is not a JSON object");
     };
     out.write_all(b"{")?;
     for (i, (key, value)) in fields.iter().enumerate() {
@@ -134,17 +131,54 @@ pub fn write_run_detail_json(
         serde_json::to_writer(&mut *out, key)?;
         out.write_all(b":")?;
         match key.as_str() {
-            "messages" => stream(out, |f| store.each_message(&r.id, |m| f(message_json(&m))))?,
-            "tool_calls" => stream(out, |f| {
-                store.each_journal_entry(&r.id, |c| f(call_json(&c)))
-            })?,
-            "events" => stream(out, |f| store.each_event(&r.id, |e| f(event_json(&e))))?,
+            "messages" => stream(out, |f| store.each_message(run, |m| f(message_json(&m))))?,
+            "tool_calls" => stream(out, |f| store.each_journal_entry(run, |c| f(call_json(&c))))?,
+            "events" => stream(out, |f| store.each_event(run, |e| f(event_json(&e))))?,
             _ => serde_json::to_writer(&mut *out, value)?,
         }
     }
     out.write_all(b"}\n")?;
     out.flush()?;
     Ok(())
+}
+
+/// Writes to stdout, returning the error (a closed pipe: `runs list | head`) instead of
+/// panicking like `print!`; `main` ends quietly on a broken pipe.
+pub fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Columns for tables: `COLUMNS` when set, else the terminal's width, else
+/// [`crate::render::table::LINE`] (a pipe or a file).
+pub fn stdout_width() -> usize {
+    if let Some(n) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    // SAFETY: TIOCGWINSZ fills the winsize we pass; on failure it is left zeroed.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        crate::render::table::LINE
+    }
+}
+
+/// True when `err` is a write to a closed pipe (the reader, e.g. `head`, has gone).
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
 }
 
 #[cfg(test)]
@@ -245,8 +279,10 @@ mod tests {
         built["escalations"] = escalations.clone();
         let mut want = serde_json::to_vec(&built).unwrap();
         want.push(b'\n');
+        let mut head = run_detail_json(&row, &[], &[], &[]);
+        head["escalations"] = escalations;
         let mut got = Vec::new();
-        write_run_detail_json(&mut got, &store, &row, escalations).unwrap();
+        write_run_detail_json(&mut got, &store, &row.id, head).unwrap();
         assert_eq!(
             String::from_utf8(got).unwrap(),
             String::from_utf8(want).unwrap()

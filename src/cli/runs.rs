@@ -1,10 +1,13 @@
-//! `agentrun runs list` and `agentrun runs show`: the stored runs, for people (tables
-//! and transcripts from [`crate::render`]) and for scripts (`--json`, DESIGN §1).
+//! `agentrun runs …`: the stored runs, for people (tables and transcripts from
+//! [`crate::render`]) and for scripts (`--json`, DESIGN §1), and their upkeep
+//! (`export`, `rm`, `prune`).
 
-use super::{BadInput, Cli, Exit, open_store, output};
+use super::{BadInput, Cli, Exit, find_run, open_store, output};
+use crate::clock::{Clock, SystemClock};
 use crate::render::{Style, table, transcript};
-use crate::store::{RunStatus, Store};
-use clap::Subcommand;
+use crate::store::{RunId, RunRow, RunStatus, Store};
+use clap::{Subcommand, ValueEnum};
+use std::path::Path;
 
 pub use crate::render::transcript::describe_event;
 
@@ -12,109 +15,509 @@ pub use crate::render::transcript::describe_event;
 pub enum RunsCmd {
     /// List runs, newest first.
     ///
-    /// Example:
-    ///   agentrun runs list --status budget_exhausted
-    #[command(verbatim_doc_comment)]
+    /// A `running` run whose process is gone (killed with -9, a power cut) shows as
+    /// `stale`; `agentrun resume ID` continues it.
+    ///
+    /// Examples:
+    ///   agentrun runs list --status failed --status budget_exhausted --since 2d
+    ///   agentrun runs ls --limit 5
+    #[command(visible_alias = "ls", verbatim_doc_comment)]
     List {
-        /// Only runs with this status: running, completed, awaiting_approval, escalated,
-        /// budget_exhausted, interrupted, failed.
-        #[arg(long, value_name = "STATUS")]
-        status: Option<String>,
+        /// Only runs with this status; repeat for several.
+        #[arg(long, value_name = "STATUS", value_enum)]
+        status: Vec<StatusArg>,
+        /// At most N runs (the newest).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        limit: Option<u32>,
+        /// Only runs started within a duration (30m, 2h, 7d) or since a UTC time
+        /// (2026-11-30, "2026-11-30 14:00:00").
+        #[arg(long, value_name = "WHEN")]
+        since: Option<String>,
     },
     /// Show a run: the task, every step, tool calls with their results, and the trace.
     ///
-    /// Example:
+    /// Examples:
     ///   agentrun runs show 3f9a
+    ///   agentrun runs show 3f9a --follow     # then new steps as they happen
     #[command(verbatim_doc_comment)]
     Show {
         /// The run's id, or a unique prefix of it.
+        #[arg(value_name = "RUN_ID")]
+        run_id: String,
+        /// Keep printing the run's new steps and trace until it stops.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Print a whole run as one JSON document: `runs show --json` plus the config
+    /// snapshot it runs with (tools.toml, prompts, models).
+    ///
+    /// Example:
+    ///   agentrun runs export 3f9a > run-3f9a.json
+    #[command(verbatim_doc_comment)]
+    Export {
+        /// The run's id, or a unique prefix of it.
+        #[arg(value_name = "RUN_ID")]
         run_id: String,
     },
+    /// Remove runs and everything stored for them (transcript, journal, trace,
+    /// escalations). A run that is live in another process is refused.
+    ///
+    /// Example:
+    ///   agentrun runs rm 3f9a 71c0
+    #[command(verbatim_doc_comment)]
+    Rm {
+        /// Run ids, or unique prefixes.
+        #[arg(value_name = "RUN_ID", required = true)]
+        run_ids: Vec<String>,
+    },
+    /// Remove runs last updated longer ago than AGE.
+    ///
+    /// Kept whatever their age: runs still running, and runs waiting for a person
+    /// (awaiting_approval, escalated, or with an open escalation).
+    ///
+    /// Example:
+    ///   agentrun runs prune --older-than 30d --dry-run
+    #[command(verbatim_doc_comment)]
+    Prune {
+        /// A duration: 12h, 30d, 8w.
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
+        /// Say what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Run statuses as `--status` values (so completion offers them, not file names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum StatusArg {
+    Running,
+    Completed,
+    AwaitingApproval,
+    Escalated,
+    BudgetExhausted,
+    Interrupted,
+    Failed,
+}
+
+impl StatusArg {
+    fn status(self) -> RunStatus {
+        match self {
+            StatusArg::Running => RunStatus::Running,
+            StatusArg::Completed => RunStatus::Completed,
+            StatusArg::AwaitingApproval => RunStatus::AwaitingApproval,
+            StatusArg::Escalated => RunStatus::Escalated,
+            StatusArg::BudgetExhausted => RunStatus::BudgetExhausted,
+            StatusArg::Interrupted => RunStatus::Interrupted,
+            StatusArg::Failed => RunStatus::Failed,
+        }
+    }
 }
 
 pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
     let db = cli.db_path();
     match cmd {
-        RunsCmd::List { status } => {
-            let status = parse_status(status.as_deref())?;
+        RunsCmd::List {
+            status,
+            limit,
+            since,
+        } => {
+            let statuses: Vec<RunStatus> = status.iter().map(|s| s.status()).collect();
+            let since = since.as_deref().map(parse_since).transpose()?;
             // The default database not existing yet just means no runs yet; a missing
             // file named by --db / AGENTRUN_DB is more likely a typo, and says so.
             let runs = if !cli.settings.db_chosen && !db.exists() {
                 Vec::new()
             } else {
-                open_store(&db, false)?.list_runs(status)?
+                list(&open_store(&db, false)?, &statuses, *limit, since)?
             };
-            print_list(cli, &runs, status, &db)
+            print_list(cli, &runs, &statuses, since.is_some(), &db)
         }
-        RunsCmd::Show { run_id } => show(cli, &open_store(&db, false)?, run_id),
+        RunsCmd::Show { run_id, follow } => {
+            let store = open_store(&db, false)?;
+            let id = find_run(&store, run_id)?;
+            if *follow {
+                if cli.json {
+                    return Err(BadInput("--follow prints for people; drop --json".into()).into());
+                }
+                return self::follow(&store, &id);
+            }
+            show(cli, &store, &id)
+        }
+        RunsCmd::Export { run_id } => {
+            let store = open_store(&db, false)?;
+            let id = find_run(&store, run_id)?;
+            output::print_json(&export_json(&store, &id)?)?;
+            Ok(Exit::Completed)
+        }
+        RunsCmd::Rm { run_ids } => rm(cli, &open_store(&db, false)?, run_ids),
+        RunsCmd::Prune {
+            older_than,
+            dry_run,
+        } => {
+            let age = crate::config::parse_duration(older_than)
+                .map_err(|e| BadInput(format!("--older-than: {e} (e.g. 30d, 12h)")))?;
+            prune(cli, &open_store(&db, false)?, age, *dry_run)
+        }
     }
 }
 
-fn parse_status(status: Option<&str>) -> anyhow::Result<Option<RunStatus>> {
-    let Some(s) = status else { return Ok(None) };
-    RunStatus::parse(s).map(Some).ok_or_else(|| {
-        let all: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
-        BadInput(format!(
-            "--status: unknown status `{s}`; use one of: {}",
-            all.join(", ")
-        ))
-        .into()
-    })
+/// Runs matching every filter, newest first. One status (or none) with a limit reads
+/// only the rows it returns; other filters walk the newest runs until enough match.
+fn list(
+    store: &Store,
+    statuses: &[RunStatus],
+    limit: Option<u32>,
+    since_ms: Option<i64>,
+) -> anyhow::Result<Vec<RunRow>> {
+    if statuses.len() <= 1 && since_ms.is_none() {
+        return Ok(store.recent_runs(statuses.first().copied(), limit)?);
+    }
+    let single = (statuses.len() == 1).then(|| statuses[0]);
+    let mut out = Vec::new();
+    for r in store.recent_runs(single, None)? {
+        if since_ms.is_some_and(|t| r.created_at < t) {
+            break; // newest first: everything after is older still
+        }
+        if statuses.is_empty() || statuses.contains(&r.status) {
+            out.push(r);
+            if limit.is_some_and(|n| out.len() >= n as usize) {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `--since`: a duration back from now, or a UTC date or date-time.
+fn parse_since(s: &str) -> anyhow::Result<i64> {
+    let now = SystemClock.now_ms();
+    if let Ok(d) = humantime::parse_duration(s) {
+        return Ok(now - d.as_millis() as i64);
+    }
+    let with_time = format!("{s} 00:00:00");
+    humantime::parse_rfc3339_weak(s)
+        .or_else(|_| humantime::parse_rfc3339_weak(&with_time))
+        .map(|t| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        })
+        .map_err(|_| {
+            BadInput(format!(
+                "--since: `{s}` is neither a duration (30m, 2h, 7d) nor a UTC time (2026-11-30, \"2026-11-30 14:00:00\")"
+            ))
+            .into()
+        })
+}
+
+/// A `running` run that no live process holds: killed with -9, or its machine went
+/// down. (A reused pid can make a dead run look alive; the lease expiry still lets
+/// `resume` take it.)
+pub fn is_stale(r: &RunRow) -> bool {
+    r.status == RunStatus::Running && !r.lease_pid.is_some_and(pid_alive)
+}
+
+fn pid_alive(pid: i64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 fn print_list(
     cli: &Cli,
-    runs: &[crate::store::RunRow],
-    status: Option<RunStatus>,
-    db: &std::path::Path,
+    runs: &[RunRow],
+    statuses: &[RunStatus],
+    since: bool,
+    db: &Path,
 ) -> anyhow::Result<Exit> {
     if cli.json {
-        output::print_json(&runs.iter().map(output::run_summary_json).collect())?;
+        let list = runs
+            .iter()
+            .map(|r| {
+                let mut v = output::run_summary_json(r);
+                v["stale"] = is_stale(r).into();
+                v
+            })
+            .collect();
+        output::print_json(&list)?;
         return Ok(Exit::Completed);
     }
     if runs.is_empty() {
         // A note for the person, on stderr, so `runs list | wc -l` still counts runs.
-        match status {
-            Some(s) => eprintln!(
-                "no runs with status {s} in {} (all runs: `agentrun runs list`)",
-                db.display()
-            ),
-            None => eprintln!(
+        if statuses.is_empty() && !since {
+            eprintln!(
                 "no runs yet in {} — start one with `agentrun start TASK.md`",
                 db.display()
-            ),
+            );
+        } else {
+            let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+            let with = if names.is_empty() {
+                String::new()
+            } else {
+                format!(" with status {}", names.join(" or "))
+            };
+            eprintln!(
+                "no matching runs{with} in {} (all runs: `agentrun runs list`)",
+                db.display()
+            );
         }
         return Ok(Exit::Completed);
     }
-    let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    print!("{}", table::runs_table(runs, now, Style::for_stdout()));
+    let opts = table::TableOptions {
+        now_ms: SystemClock.now_ms(),
+        width: output::stdout_width(),
+        style: Style::for_stdout(),
+        stale: &is_stale,
+    };
+    output::print_out(&table::runs_table(runs, &opts))?;
     Ok(Exit::Completed)
 }
 
-fn show(cli: &Cli, store: &Store, prefix: &str) -> anyhow::Result<Exit> {
-    let id = super::find_run(store, prefix)?;
-    let row = store.run(&id)?;
-    let escalations = store.escalations_for_run(&id)?;
+/// Model specs from the run's config snapshot (empty when it cannot be read).
+fn models(store: &Store, id: &RunId) -> Vec<String> {
+    store
+        .snapshot(id)
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| serde_json::from_value(v["models"].clone()).ok())
+        .unwrap_or_default()
+}
+
+fn detail_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
+    let row = store.run(id)?;
+    let v = output::run_detail_json(
+        &row,
+        &store.messages(id)?,
+        &store.journal(id)?,
+        &store.events(id)?,
+    );
+    with_escalations(store, id, &row, v)
+}
+
+/// `runs show --json` with its three long arrays left empty, for
+/// [`output::write_run_detail_json`] to stream into place.
+fn detail_head(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
+    let row = store.run(id)?;
+    with_escalations(
+        store,
+        id,
+        &row,
+        output::run_detail_json(&row, &[], &[], &[]),
+    )
+}
+
+fn with_escalations(
+    store: &Store,
+    id: &RunId,
+    row: &RunRow,
+    mut v: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    v["escalations"] = store
+        .escalations_for_run(id)?
+        .iter()
+        .map(super::escalations::summary_json)
+        .collect();
+    v["models"] = models(store, id).into();
+    v["stale"] = is_stale(row).into();
+    Ok(v)
+}
+
+/// `runs export`: one document a person can attach to a bug report or archive.
+fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
+    let mut v = detail_json(store, id)?;
+    let snapshot: serde_json::Value =
+        serde_json::from_str(&store.snapshot(id)?).unwrap_or(serde_json::Value::Null);
+    v["export_version"] = 1.into();
+    v["config_snapshot"] = snapshot;
+    Ok(v)
+}
+
+fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     if cli.json {
-        // Streamed: first output at once and flat memory on a 100,000-step run (issue 14).
-        let escalations = escalations
-            .iter()
-            .map(super::escalations::summary_json)
-            .collect();
+        // Streamed: first output at once, flat memory on a 100,000-step run (issue 14).
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        output::write_run_detail_json(&mut out, store, &row, escalations)?;
+        output::write_run_detail_json(&mut out, store, id, detail_head(store, id)?)?;
         return Ok(Exit::Completed);
     }
-    let messages = store.messages(&id)?;
-    let journal = store.journal(&id)?;
-    let events = store.events(&id)?;
+    output::print_out(&render(store, id)?)?;
+    Ok(Exit::Completed)
+}
+
+fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
+    let row = store.run(id)?;
+    let messages = store.messages(id)?;
+    let journal = store.journal(id)?;
+    let events = store.events(id)?;
+    let escalations = store.escalations_for_run(id)?;
+    let models = models(store, id);
     let view = transcript::RunView {
         row: &row,
         messages: &messages,
         journal: &journal,
         events: &events,
         escalations: &escalations,
+        models: &models,
+        stale: is_stale(&row),
     };
-    print!("{}", transcript::render(&view, Style::for_stdout()));
+    Ok(transcript::render(&view, Style::for_stdout()))
+}
+
+/// `runs show --follow`: the run so far, then its trace and the model's words as they
+/// are committed, until it stops (or its process is found gone).
+fn follow(store: &Store, id: &RunId) -> anyhow::Result<Exit> {
+    output::print_out(&render(store, id)?)?;
+    let mut seen_events = store.events(id)?.len();
+    let mut seen_seq = store.messages(id)?.last().map_or(0, |m| m.seq);
+    let mut printed_header = false;
+    loop {
+        let row = store.run(id)?;
+        let mut lines = String::new();
+        for e in store.events(id)?.iter().skip(seen_events) {
+            lines.push_str(&format!(
+                "  step {}: {}\n",
+                e.step,
+                describe_event(&e.event)
+            ));
+            seen_events += 1;
+        }
+        let last_seen = seen_seq;
+        for m in store
+            .messages(id)?
+            .into_iter()
+            .filter(|m| m.seq > last_seen)
+        {
+            seen_seq = m.seq;
+            let text = m.message.joined_text();
+            if m.message.role == crate::model::Role::Assistant && !text.trim().is_empty() {
+                lines.push_str(&format!("  step {}: model: {}\n", m.step, text.trim()));
+            }
+        }
+        if !lines.is_empty() {
+            if !printed_header {
+                lines.insert_str(0, "\nfollowing\n");
+                printed_header = true;
+            }
+            output::print_out(&lines)?;
+        }
+        if row.status != RunStatus::Running || is_stale(&row) {
+            let state = if is_stale(&row) {
+                "stale (its process is gone)".to_string()
+            } else {
+                row.status.to_string()
+            };
+            output::print_out(&format!(
+                "run {id} {state} after {} step{}\n",
+                row.steps,
+                if row.steps == 1 { "" } else { "s" }
+            ))?;
+            return Ok(Exit::Completed);
+        }
+        std::thread::sleep(FOLLOW_POLL);
+    }
+}
+
+/// How often `--follow` reads the database: often enough to feel live, rare enough
+/// to cost nothing next to a step.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Why a run may not be removed now, if it may not.
+fn held(r: &RunRow) -> Option<String> {
+    (r.status == RunStatus::Running && !is_stale(r)).then(|| {
+        format!(
+            "run {} is running (pid {}); stop it first, or wait for it to end",
+            r.id,
+            r.lease_pid.unwrap_or_default()
+        )
+    })
+}
+
+fn rm(cli: &Cli, store: &Store, prefixes: &[String]) -> anyhow::Result<Exit> {
+    // Resolve every id first: a typo in the third removes nothing.
+    let ids = prefixes
+        .iter()
+        .map(|p| find_run(store, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for id in &ids {
+        if let Some(why) = held(&store.run(id)?) {
+            return Err(BadInput(why).into());
+        }
+    }
+    for id in &ids {
+        store.delete_run(id)?;
+        if !cli.json {
+            output::print_out(&format!("removed run {id}\n"))?;
+        }
+    }
+    if cli.json {
+        let removed: Vec<&str> = ids.iter().map(RunId::as_str).collect();
+        output::print_json(&serde_json::json!({ "removed": removed }))?;
+    }
+    Ok(Exit::Completed)
+}
+
+fn prune(
+    cli: &Cli,
+    store: &Store,
+    age: std::time::Duration,
+    dry_run: bool,
+) -> anyhow::Result<Exit> {
+    let cutoff = SystemClock.now_ms() - age.as_millis() as i64;
+    let mut remove = Vec::new();
+    let (mut kept_running, mut kept_waiting) = (0, 0);
+    for r in store.recent_runs(None, None)? {
+        if r.updated_at >= cutoff {
+            continue;
+        }
+        let waiting = matches!(r.status, RunStatus::AwaitingApproval | RunStatus::Escalated)
+            || store
+                .escalations_for_run(&r.id)?
+                .iter()
+                .any(|e| e.open && e.kind.pauses());
+        if waiting {
+            kept_waiting += 1;
+        } else if held(&r).is_some() {
+            kept_running += 1;
+        } else {
+            remove.push(r.id);
+        }
+    }
+    if !dry_run {
+        for id in &remove {
+            store.delete_run(id)?;
+        }
+    }
+    let ago = humantime::format_duration(age);
+    if cli.json {
+        let ids: Vec<&str> = remove.iter().map(RunId::as_str).collect();
+        output::print_json(&serde_json::json!({
+            "removed": if dry_run { Vec::new() } else { ids.clone() },
+            "would_remove": if dry_run { ids } else { Vec::new() },
+            "kept_waiting_for_a_person": kept_waiting,
+            "kept_running": kept_running,
+        }))?;
+        return Ok(Exit::Completed);
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    let mut text = format!(
+        "{verb} {} run{} last updated more than {ago} ago",
+        remove.len(),
+        if remove.len() == 1 { "" } else { "s" }
+    );
+    if kept_waiting + kept_running > 0 {
+        text.push_str(&format!(
+            "; kept {kept_waiting} waiting for a person and {kept_running} still running"
+        ));
+    }
+    text.push('\n');
+    if dry_run {
+        for id in &remove {
+            text.push_str(&format!("  {id}\n"));
+        }
+    }
+    output::print_out(&text)?;
     Ok(Exit::Completed)
 }

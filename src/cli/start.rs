@@ -19,14 +19,21 @@ use std::sync::Arc;
 /// Exit codes: 0 completed, 1 failed, 2 bad input (nothing written), 3 waiting for a
 /// human, 4 stopped by the step/token budget, 130 interrupted (resumable).
 ///
-/// Example:
+/// Examples:
 ///   agentrun start examples/quickstart/task.md --max-steps 10
+///   agentrun start --prompt "Summarise ORD-1001" --model openai:gpt-4o-mini
+///   generate-task | agentrun start -
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct StartArgs {
-    /// The task file: Markdown, with optional TOML front matter between `+++` lines.
-    #[arg(value_name = "TASK.md")]
-    pub task: PathBuf,
+    /// The task file: Markdown, with optional TOML front matter between `+++` lines;
+    /// `-` reads it from stdin.
+    #[arg(value_name = "TASK.md", required_unless_present = "prompt")]
+    pub task: Option<PathBuf>,
+    /// The task as text, instead of a file (no front matter: give --model, or set a
+    /// default model with AGENTRUN_MODEL or the config file).
+    #[arg(long, value_name = "TEXT", conflicts_with = "task")]
+    pub prompt: Option<String>,
     /// Tool definitions [default: tools.toml beside the task, else ./tools.toml]
     #[arg(long, value_name = "PATH")]
     pub tools: Option<PathBuf>,
@@ -61,10 +68,39 @@ pub struct ResumeArgs {
     /// New token budget for the whole run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Continue with this model instead (e.g. after a bad key): openai:MODEL,
+    /// anthropic:MODEL or script:PATH. It replaces the run's model list from now on.
+    #[arg(long, value_name = "SPEC")]
+    pub model: Option<String>,
+}
+
+/// Where the task came from: its path (a name for stdin and --prompt) and, when it was
+/// not read from that path, its text.
+fn task_source(args: &StartArgs) -> anyhow::Result<(PathBuf, Option<String>)> {
+    if let Some(text) = &args.prompt {
+        return Ok((PathBuf::from("(prompt)"), Some(text.clone())));
+    }
+    match &args.task {
+        Some(p) if p.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| BadInput(format!("cannot read the task from stdin: {e}")))?;
+            Ok((PathBuf::from("(stdin)"), Some(text)))
+        }
+        Some(p) => Ok((p.clone(), None)),
+        None => {
+            Err(BadInput("give a task file (or `-` for stdin), or --prompt TEXT".into()).into())
+        }
+    }
 }
 
 pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
-    let task = crate::task::load(&args.task).map_err(SetupError::from)?;
+    let (task_path, task_text) = task_source(args)?;
+    let task = match &task_text {
+        Some(t) => crate::task::parse(t, &task_path),
+        None => crate::task::load(&task_path),
+    }
+    .map_err(SetupError::from)?;
     let tools = choose_tools(cli, args.tools.as_deref(), &task)?;
     if let Some(path) = &tools {
         preflight(path, task.tools.as_deref())?;
@@ -77,7 +113,8 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
             .flatten()
     });
     let mut prepared = setup::prepare_start(&StartOptions {
-        task: args.task.clone(),
+        task: task_path.clone(),
+        task_text,
         tools,
         model,
         max_steps: args.max_steps,
@@ -111,7 +148,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
     let progress = progress_for(cli);
     progress.say(format!(
         "agentrun: run {id} started ({})",
-        args.task.display()
+        task_path.display()
     ));
     let runner = Runner {
         store: store.clone(),
@@ -126,6 +163,10 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
 }
 
 pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
+    if let Some(spec) = &args.model {
+        crate::model::ModelSpec::parse(spec)
+            .map_err(|e| SetupError::Usage(format!("--model: {e}")))?;
+    }
     let store = Arc::new(open_store(&cli.db_path(), false)?);
     let id = super::find_run(&store, &args.run_id)?;
     let row = store.run(&id)?;
@@ -148,10 +189,16 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         }
         return report(cli, &outcome, true).map(|_| Exit::NeedsHuman);
     }
-    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(&id)?)
+    let mut snapshot: Snapshot = serde_json::from_str(&store.snapshot(&id)?)
         .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
+    if let Some(spec) = &args.model {
+        switch_model(&mut snapshot, spec, &row.task_path)?;
+    }
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;
+    if args.model.is_some() {
+        store.replace_snapshot(&lease, &serde_json::to_string(&resolved.snapshot)?)?;
+    }
     let max_steps = args.max_steps.unwrap_or(row.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(row.max_tokens);
     if max_steps != row.max_steps || max_tokens != row.max_tokens {
@@ -173,6 +220,29 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         observer: progress.clone(),
     };
     drive(cli, &store, runner, &progress)
+}
+
+/// `resume --model SPEC`: the run continues with SPEC alone. A script path resolves
+/// beside the task file first, then in the current folder, as at start.
+fn switch_model(snapshot: &mut Snapshot, spec: &str, task_path: &str) -> anyhow::Result<()> {
+    let parsed = crate::model::ModelSpec::parse(spec)
+        .map_err(|e| SetupError::Usage(format!("--model: {e}")))?;
+    if let crate::model::ModelSpec::Script(path) = parsed {
+        let beside = Path::new(task_path)
+            .parent()
+            .unwrap_or(Path::new(""))
+            .join(&path);
+        let chosen = if beside.is_file() { beside } else { path };
+        let text = std::fs::read_to_string(&chosen).map_err(|e| {
+            BadInput(format!(
+                "{}: cannot read script for --model {spec}: {e}",
+                chosen.display()
+            ))
+        })?;
+        snapshot.scripts.insert(spec.to_string(), text);
+    }
+    snapshot.models = vec![spec.to_string()];
+    Ok(())
 }
 
 fn progress_for(cli: &Cli) -> Arc<Progress> {

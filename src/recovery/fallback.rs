@@ -25,14 +25,10 @@
 //! nothing further runs). When
 //! no hop succeeds the call fails with `all_tools_failed`, naming every tool tried.
 
-use super::retry::call_with_retry;
-use super::{CallOutcome, Execution, Gate, check_args, succeeded};
-use crate::config::types::{FallbackStep, ToolDef, ToolsConfig};
+use super::CallOutcome;
 use crate::prompts::Prompts;
-use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::trace::{NoteKind, TraceEvent};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// Whether a failure of the tool asked for starts its fallback chain.
@@ -41,7 +37,7 @@ pub fn triggers(kind: ErrorKind) -> bool {
 }
 
 /// Whether a hop's failure stops the chain instead of moving on.
-fn ends_chain(kind: ErrorKind) -> bool {
+pub(super) fn ends_chain(kind: ErrorKind) -> bool {
     matches!(
         kind,
         ErrorKind::PermissionDenied | ErrorKind::ApprovalDenied | ErrorKind::OutcomeUnknown
@@ -65,103 +61,13 @@ impl Tried {
         }
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self.attempts {
             0 => format!("{}: {}, not called", self.tool, self.kind.as_str()),
             1 => format!("{}: {} after 1 attempt", self.tool, self.kind.as_str()),
             n => format!("{}: {} after {n} attempts", self.tool, self.kind.as_str()),
         }
     }
-}
-
-enum Hop {
-    Succeeded(CallOutcome),
-    Failed(Tried),
-    Paused(Execution),
-}
-
-/// Walks `primary`'s chain after its failure `first`.
-pub async fn walk(
-    cfg: &ToolsConfig,
-    prompts: &Prompts,
-    primary: &ToolDef,
-    args: &Value,
-    first: Tried,
-    ctx: &CallContext<'_>,
-    gate: &dyn Fn(&ToolDef, &Value) -> Gate,
-) -> Execution {
-    let mut tried = vec![first];
-    for step in &primary.fallback {
-        let from = tried.last().map(|t| t.tool.clone()).unwrap_or_default();
-        ctx.events.emit(TraceEvent::Fallback {
-            call_id: ctx.call_id.to_string(),
-            from,
-            to: step.tool.clone(),
-        });
-        match hop(cfg, step, args, ctx, gate).await {
-            Hop::Succeeded(mut outcome) => {
-                outcome.attempts += tried.iter().map(|t| t.attempts).sum::<u32>();
-                return Execution::Done(outcome);
-            }
-            Hop::Paused(paused) => return paused,
-            Hop::Failed(t) => {
-                let stop = ends_chain(t.kind);
-                tried.push(t);
-                if stop {
-                    break;
-                }
-            }
-        }
-    }
-    Execution::Done(all_failed(&tried, prompts))
-}
-
-async fn hop(
-    cfg: &ToolsConfig,
-    step: &FallbackStep,
-    args: &Value,
-    ctx: &CallContext<'_>,
-    gate: &dyn Fn(&ToolDef, &Value) -> Gate,
-) -> Hop {
-    let Some(def) = cfg.tools.get(&step.tool) else {
-        let err = ToolError::new(
-            ErrorKind::UnknownTool,
-            format!("no tool named `{}`", step.tool),
-        );
-        return skipped(&step.tool, &err, ctx);
-    };
-    let mapped = map_args(args, &step.map);
-    if let Err(err) = check_args(def, &mapped) {
-        return skipped(&def.name, &err, ctx);
-    }
-    match gate(def, &mapped) {
-        Gate::Run => {}
-        Gate::Block(err) => return skipped(&def.name, &err, ctx),
-        Gate::Pause => {
-            return Hop::Paused(Execution::Paused {
-                tool: def.name.clone(),
-                args: mapped,
-            });
-        }
-    }
-    let (result, attempts) = call_with_retry(def, &mapped, ctx).await;
-    match result {
-        Ok(value) => {
-            let content = json!({"result": value, "via": def.name, "stale": def.stale});
-            Hop::Succeeded(succeeded(content, attempts, Some(def.name.clone())))
-        }
-        Err(err) => Hop::Failed(Tried::new(&def.name, attempts, &err)),
-    }
-}
-
-/// A hop that was not called: traced with its reason, since a bad mapping or a missing
-/// tool is a config problem someone must see.
-fn skipped(tool: &str, err: &ToolError, ctx: &CallContext<'_>) -> Hop {
-    ctx.events.emit(TraceEvent::Note {
-        kind: NoteKind::FallbackSkipped,
-        message: format!("{tool}: {}: {}", err.kind.as_str(), err.message),
-    });
-    Hop::Failed(Tried::new(tool, 0, err))
 }
 
 /// Renames keys per `map`; see the module doc.
@@ -182,7 +88,7 @@ pub fn map_args(args: &Value, map: &BTreeMap<String, String>) -> Value {
     Value::Object(out)
 }
 
-fn all_failed(tried: &[Tried], prompts: &Prompts) -> CallOutcome {
+pub(super) fn all_failed(tried: &[Tried], prompts: &Prompts) -> CallOutcome {
     let message = tried
         .iter()
         .map(Tried::describe)
@@ -199,6 +105,7 @@ fn all_failed(tried: &[Tried], prompts: &Prompts) -> CallOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn mapped_keys_are_renamed_and_others_pass_through() {

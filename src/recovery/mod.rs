@@ -1,20 +1,23 @@
-//! The recovery layer: every tool call goes through [`execute`], which validates,
-//! retries transient failures, walks declared fallback chains and always returns data.
-//!
-//! Order for one call: unknown tool → `unknown_tool` (no call); schema failure →
-//! `schema_violation` with the validation errors as the message (no call); the gate
-//! (approval, breaker); the tool with retries ([`retry`]); on a failure another tool
-//! could fix, the declared fallback chain ([`fallback`], which documents the rules).
+//! The recovery layer: every tool call goes through one chain ([`chain`], whose module
+//! doc states the order: known tool → schema → approval gate → breaker → attempts with
+//! retry → fallback → wrap), which always returns data. [`drive`] performs the chain's
+//! effects; [`retry`] and [`fallback`] hold the rules it applies.
 
+pub mod chain;
+#[cfg(test)]
+mod chain_tests;
 pub mod fallback;
 pub mod retry;
 
+use crate::backoff;
 use crate::config::types::{ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
-use crate::tools::CallContext;
 use crate::tools::outcome::{ErrorKind, ToolError};
-use crate::tools::schema;
+use crate::tools::{self, CallContext, schema};
+use chain::{Chain, ChainEffect, ChainEvent, Guards};
 use serde_json::Value;
+use std::collections::VecDeque;
+use std::time::Instant;
 
 /// What the loop learns from one tool call (after retries and fallbacks).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +52,8 @@ pub enum Execution {
     },
 }
 
-/// Runs a tool call with validation, retries and fallbacks.
+/// Runs a tool call through the recovery chain ([`chain`] states the order), with one
+/// gate deciding for every tool of the chain.
 pub async fn execute(
     cfg: &ToolsConfig,
     prompts: &Prompts,
@@ -58,35 +62,9 @@ pub async fn execute(
     ctx: &CallContext<'_>,
     gate: &dyn Fn(&ToolDef, &Value) -> Gate,
 ) -> Execution {
-    let Some(def) = cfg.tools.get(tool) else {
-        let err = ToolError::new(ErrorKind::UnknownTool, format!("no tool named `{tool}`"));
-        return Execution::Done(failed(&err, 0, prompts));
-    };
-    if let Err(err) = check_args(def, args) {
-        return Execution::Done(failed(&err, 0, prompts));
-    }
-    match gate(def, args) {
-        Gate::Run => {}
-        // A guard is a decision by policy or a person; no fallback works around it.
-        Gate::Block(err) => return Execution::Done(failed(&err, 0, prompts)),
-        Gate::Pause => {
-            return Execution::Paused {
-                tool: tool.to_string(),
-                args: args.clone(),
-            };
-        }
-    }
-    let (result, attempts) = retry::call_with_retry(def, args, ctx).await;
-    match result {
-        Ok(content) => Execution::Done(succeeded(content, attempts, None)),
-        Err(err) if def.fallback.is_empty() || !fallback::triggers(err.kind) => {
-            Execution::Done(failed(&err, attempts, prompts))
-        }
-        Err(err) => {
-            let first = fallback::Tried::new(&def.name, attempts, &err);
-            fallback::walk(cfg, prompts, def, args, first, ctx, gate).await
-        }
-    }
+    let guards = OneGate(gate);
+    let chain = Chain::new(cfg, prompts, &guards, ctx.call_id, tool, args.clone());
+    drive(chain, ctx).await
 }
 
 /// Runs a fallback hop a person approved after the chain paused before it. The tools
@@ -98,19 +76,76 @@ pub async fn execute_approved_hop(
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> CallOutcome {
-    let Some(def) = cfg.tools.get(hop) else {
-        let err = ToolError::new(ErrorKind::UnknownTool, format!("no tool named `{hop}`"));
-        return failed(&err, 0, prompts);
-    };
-    if let Err(err) = check_args(def, args) {
-        return failed(&err, 0, prompts);
+    let guards = OneGate(&|_, _| Gate::Run);
+    let chain = Chain::approved_hop(cfg, prompts, &guards, ctx.call_id, hop, args.clone());
+    match drive(chain, ctx).await {
+        Execution::Done(outcome) => outcome,
+        // An approved hop passes no gate, so it cannot pause.
+        Execution::Paused { tool, .. } => failed(
+            &ToolError::new(ErrorKind::ApprovalDenied, format!("{tool} paused again")),
+            0,
+            prompts,
+        ),
     }
-    match retry::call_with_retry(def, args, ctx).await {
-        (Ok(value), attempts) => {
-            let content = serde_json::json!({"result": value, "via": def.name, "stale": def.stale});
-            succeeded(content, attempts, Some(def.name.clone()))
-        }
-        (Err(err), attempts) => failed(&err, attempts, prompts),
+}
+
+/// Performs the chain's effects until it ends: attempts through the one executor
+/// ([`tools::attempt`], whatever the tool's kind), jittered waits on the clock.
+pub async fn drive(mut chain: Chain<'_>, ctx: &CallContext<'_>) -> Execution {
+    let mut pending: VecDeque<ChainEffect<'_>> = chain.handle(ChainEvent::Start).into();
+    while let Some(effect) = pending.pop_front() {
+        let event = match effect {
+            ChainEffect::Trace(e) => {
+                ctx.events.emit(e);
+                continue;
+            }
+            ChainEffect::Attempt { def, args, .. } => {
+                // Elapsed time is real time on purpose: it measures the tool, not the
+                // schedule.
+                let started = Instant::now();
+                let result = tools::attempt(def, &args, ctx).await;
+                ChainEvent::AttemptFinished {
+                    result,
+                    elapsed: started.elapsed(),
+                }
+            }
+            ChainEffect::ChooseDelay(b) => ChainEvent::DelayChosen(backoff::delay(
+                b.base,
+                b.max,
+                b.retry,
+                b.server_delay,
+                ctx.clock,
+            )),
+            ChainEffect::Sleep(d) => {
+                ctx.clock.sleep(d).await;
+                ChainEvent::Slept
+            }
+            ChainEffect::Done(outcome) => return Execution::Done(outcome),
+            ChainEffect::Paused { tool, args } => return Execution::Paused { tool, args },
+        };
+        pending.extend(chain.handle(event));
+    }
+    // The chain always ends with Done or Paused; an empty queue would be a bug in it.
+    Execution::Done(failed(
+        &ToolError::new(
+            ErrorKind::ToolBug,
+            "the recovery chain ended without a result",
+        ),
+        0,
+        &Prompts::builtin(),
+    ))
+}
+
+/// One gate for approval and breaker alike (callers that decide both in one place).
+struct OneGate<'g>(&'g dyn Fn(&ToolDef, &Value) -> Gate);
+
+impl Guards for OneGate<'_> {
+    fn approval(&self, def: &ToolDef, args: &Value) -> Gate {
+        (self.0)(def, args)
+    }
+
+    fn breaker(&self, _: &ToolDef, _: &Value) -> Option<ToolError> {
+        None
     }
 }
 
@@ -128,7 +163,7 @@ pub(crate) fn check_args(def: &ToolDef, args: &Value) -> Result<(), ToolError> {
     Err(ToolError::new(ErrorKind::SchemaViolation, message))
 }
 
-fn succeeded(content: Value, attempts: u32, via: Option<String>) -> CallOutcome {
+pub(crate) fn succeeded(content: Value, attempts: u32, via: Option<String>) -> CallOutcome {
     CallOutcome {
         content,
         is_error: false,
@@ -138,7 +173,7 @@ fn succeeded(content: Value, attempts: u32, via: Option<String>) -> CallOutcome 
     }
 }
 
-fn failed(err: &ToolError, attempts: u32, prompts: &Prompts) -> CallOutcome {
+pub(crate) fn failed(err: &ToolError, attempts: u32, prompts: &Prompts) -> CallOutcome {
     CallOutcome {
         content: err.to_model_json(attempts, prompts.hint(err.kind)),
         is_error: true,

@@ -32,71 +32,114 @@ fn unknown_outcome(def: &ToolDef, e: ToolError) -> ToolError {
     )
 }
 
-/// Returns the final attempt's result and the number of attempts made.
+/// What follows an attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AfterAttempt {
+    /// No further attempt: this is the call's result (for this tool).
+    Final(AttemptResult),
+    /// Wait, then attempt again.
+    Retry(Backoff),
+}
+
+/// The wait before the next attempt, as the rule computes it; the jittered delay is
+/// drawn by whoever performs the wait ([`backoff::delay`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub max: Duration,
+    /// 0 for the first retry.
+    pub retry: u32,
+    /// The service's requested delay (`Retry-After`).
+    pub server_delay: Option<Duration>,
+}
+
+/// The retry rule, without IO: after attempt number `made` (from 1) ended with
+/// `result`, is the call done or is there another attempt?
+pub fn after_attempt(def: &ToolDef, made: u32, result: AttemptResult) -> AfterAttempt {
+    let max = def.retry.attempts.max(1);
+    match result {
+        Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
+            AfterAttempt::Final(Err(unknown_outcome(def, e)))
+        }
+        Err(e) if e.kind.is_retryable() && made < max => AfterAttempt::Retry(Backoff {
+            base: def.retry.backoff,
+            max: def.retry.max_backoff,
+            retry: made - 1,
+            server_delay: e.retry_after,
+        }),
+        other => AfterAttempt::Final(other),
+    }
+}
+
+/// Returns the final attempt's result and the number of attempts made: the attempts
+/// step of the recovery chain alone (no schema, gate or fallback).
 pub async fn call_with_retry(
     def: &ToolDef,
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> (AttemptResult, u32) {
-    let max = def.retry.attempts.max(1);
     let mut made = 0;
     loop {
         made += 1;
         // Elapsed time is real time on purpose: it measures the tool, not the schedule.
         let started = Instant::now();
         let result = attempt(def, args, ctx).await;
-        emit_attempt(def, ctx, made, started.elapsed(), &result);
-        let err = match result {
-            Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
-                return (Err(unknown_outcome(def, e)), made);
-            }
-            Err(ref e) if e.kind.is_retryable() && made < max => e,
-            _ => return (result, made),
+        ctx.events.emit(attempt_event(
+            ctx.call_id,
+            def,
+            made,
+            started.elapsed(),
+            &result,
+        ));
+        let b = match after_attempt(def, made, result) {
+            AfterAttempt::Final(result) => return (result, made),
+            AfterAttempt::Retry(b) => b,
         };
-        let delay = backoff::delay(
-            def.retry.backoff,
-            def.retry.max_backoff,
-            made - 1,
-            err.retry_after,
-            ctx.clock,
-        );
-        emit_backoff(def, ctx, made + 1, delay, err);
+        let delay = backoff::delay(b.base, b.max, b.retry, b.server_delay, ctx.clock);
+        ctx.events.emit(backoff_event(
+            ctx.call_id,
+            def,
+            made + 1,
+            delay,
+            b.server_delay.is_some(),
+        ));
         ctx.clock.sleep(delay).await;
     }
 }
 
-fn emit_attempt(
+/// The trace of one attempt.
+pub fn attempt_event(
+    call_id: &str,
     def: &ToolDef,
-    ctx: &CallContext<'_>,
     attempt: u32,
     elapsed: Duration,
     result: &AttemptResult,
-) {
+) -> TraceEvent {
     let err = result.as_ref().err();
-    ctx.events.emit(TraceEvent::ToolAttempt {
-        call_id: ctx.call_id.to_string(),
+    TraceEvent::ToolAttempt {
+        call_id: call_id.to_string(),
         tool: def.name.clone(),
         attempt,
         elapsed_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         error: err.map(|e| e.kind),
         class: err.map(|e| e.kind.class()),
         message: err.map(|e| e.message.clone()),
-    });
+    }
 }
 
-/// `attempt` is the number of the attempt the wait comes before.
-fn emit_backoff(
+/// The trace of a wait; `attempt` is the number of the attempt the wait comes before.
+pub fn backoff_event(
+    call_id: &str,
     def: &ToolDef,
-    ctx: &CallContext<'_>,
     attempt: u32,
     delay: Duration,
-    err: &ToolError,
-) {
-    ctx.events.emit(TraceEvent::Backoff {
-        call_id: ctx.call_id.to_string(),
+    retry_after: bool,
+) -> TraceEvent {
+    TraceEvent::Backoff {
+        call_id: call_id.to_string(),
         tool: def.name.clone(),
         attempt,
         delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-        retry_after: err.retry_after.is_some(),
-    });
+        retry_after,
+    }
 }

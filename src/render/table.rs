@@ -8,18 +8,34 @@ use crate::timefmt::age;
 
 /// The task column never gets less than this, even on a narrow terminal.
 const MIN_TASK: usize = 20;
-/// Line width the table aims for (long enough for a useful task line, short enough
-/// for a split pane).
-const LINE: usize = 100;
+/// Line width the table aims for when the terminal's is unknown (long enough for a
+/// useful task line, short enough for a split pane).
+pub const LINE: usize = 100;
 
-/// The table, header first, one line per run. `now_ms` is when "age" is measured.
-pub fn runs_table(runs: &[RunRow], now_ms: i64, style: Style) -> String {
+/// How to lay out `runs list`.
+pub struct TableOptions<'a> {
+    /// When "age" is measured.
+    pub now_ms: i64,
+    /// The terminal's width (or [`LINE`]); the task column takes what is left.
+    pub width: usize,
+    pub style: Style,
+    /// A `running` run whose process is gone: shown as `stale` (issue 13).
+    pub stale: &'a dyn Fn(&RunRow) -> bool,
+}
+
+/// The table, header first, one line per run.
+pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
+    let (now_ms, style) = (opts.now_ms, opts.style);
     let rows: Vec<[String; 5]> = runs
         .iter()
         .map(|r| {
             [
                 r.id.to_string(),
-                r.status.to_string(),
+                if (opts.stale)(r) {
+                    "stale".to_string()
+                } else {
+                    r.status.to_string()
+                },
                 r.steps.to_string(),
                 (r.input_tokens + r.output_tokens).to_string(),
                 age(now_ms, r.created_at),
@@ -37,16 +53,17 @@ pub fn runs_table(runs: &[RunRow], now_ms: i64, style: Style) -> String {
         })
         .collect();
     let used: usize = widths.iter().sum::<usize>() + 2 * widths.len();
-    let task_cols = LINE.saturating_sub(used).max(MIN_TASK);
+    let task_cols = opts.width.saturating_sub(used).max(MIN_TASK);
     let mut out = line(&header.map(String::from), &widths, "TASK", |s| {
         style.bold(s)
     });
     for (r, cells) in runs.iter().zip(&rows) {
+        let stale = cells[1] == "stale";
         let first = r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
         let mut text = line(cells, &widths, &truncate(first.trim(), task_cols), |s| {
             s.to_string()
         });
-        if style.enabled {
+        if style.enabled && !stale {
             // Colour after padding, so escape codes never count as columns.
             text = text.replacen(r.status.as_str(), &style.status(r.status), 1);
         }

@@ -5,7 +5,9 @@
 use super::Style;
 use super::text::{fold, indent};
 use crate::model::{Part, Role};
-use crate::store::{EscalationRow, JournalEntry, Resolution, RunRow, StoredEvent, StoredMessage};
+use crate::store::{
+    EscalationRow, JournalEntry, Resolution, RunRow, RunStatus, StoredEvent, StoredMessage,
+};
 use crate::timefmt::rfc3339;
 use crate::trace::TraceEvent;
 use serde_json::Value;
@@ -25,10 +27,14 @@ pub struct RunView<'a> {
     pub journal: &'a [JournalEntry],
     pub events: &'a [StoredEvent],
     pub escalations: &'a [EscalationRow],
+    /// Model specs in fallback order, from the run's config snapshot.
+    pub models: &'a [String],
+    /// A `running` run whose process is gone (issue 13).
+    pub stale: bool,
 }
 
 pub fn render(v: &RunView<'_>, style: Style) -> String {
-    let mut out = header(v.row, style);
+    let mut out = header(v, style);
     out.push_str(&format!("\n{}\n", style.bold("task")));
     out.push_str(&format!("  {}\n", indent(v.row.task.trim_end(), 2)));
     for step in steps(v) {
@@ -75,17 +81,25 @@ fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
     out
 }
 
-fn header(r: &RunRow, s: Style) -> String {
-    let mut out = format!(
-        "{} {}  {}\n",
-        s.bold("run"),
-        s.bold(r.id.as_str()),
+fn header(v: &RunView<'_>, s: Style) -> String {
+    let r = v.row;
+    let status = if v.stale {
+        format!(
+            "{} — stale: its process is gone; `agentrun resume {}` continues it",
+            s.status(r.status),
+            r.id
+        )
+    } else {
         s.status(r.status)
-    );
+    };
+    let mut out = format!("{} {}  {status}\n", s.bold("run"), s.bold(r.id.as_str()));
     let mut field = |name: &str, value: String| {
         let _ = writeln!(out, "  {}  {value}", s.dim(&format!("{name:<9}")));
     };
     field("task file", r.task_path.clone());
+    if !v.models.is_empty() {
+        field("model", v.models.join(", then "));
+    }
     field("steps", format!("{} of {}", r.steps, r.max_steps));
     field(
         "tokens",
@@ -97,8 +111,17 @@ fn header(r: &RunRow, s: Style) -> String {
             r.output_tokens
         ),
     );
-    field("created", rfc3339(r.created_at));
-    field("updated", rfc3339(r.updated_at));
+    // Local times for people; `--json` keeps RFC 3339 in UTC.
+    field("created", crate::timefmt::local(r.created_at));
+    field("updated", crate::timefmt::local(r.updated_at));
+    field(
+        if r.status == RunStatus::Running && !v.stale {
+            "running"
+        } else {
+            "duration"
+        },
+        crate::timefmt::duration(r.updated_at - r.created_at),
+    );
     if let Some(e) = &r.error {
         field("reason", indent(e, 13));
     }

@@ -4,11 +4,13 @@
 use super::escalate::Raise;
 use super::observe::Notice;
 use super::{RunError, Runner};
+use crate::config::Policy;
 use crate::config::{OnUnknown, ToolDef};
 use crate::fault;
 use crate::machine::policy::{call_key, circuit_open, needs_approval};
 use crate::machine::state::LoopState;
 use crate::model::{Message, ToolCall, ToolSpec};
+use crate::recovery::chain::{Chain, Guards};
 use crate::recovery::{self, CallOutcome, Execution, Gate};
 use crate::store::{
     ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationId, EscalationKind, EscalationRow,
@@ -194,31 +196,20 @@ impl Runner {
             clock: self.clock.as_ref(),
             events: c.events,
         };
-        let policy = &self.resolved.tools.policy;
-        let state = c.state;
-        let hints = &self.resolved.snapshot.prompts;
-        let gate = |def: &ToolDef, args: &Value| -> Gate {
-            if state.disabled.contains(&def.name) {
-                return Gate::Block(ToolError::new(
-                    ErrorKind::ToolDisabled,
-                    format!("{} was withdrawn after repeated failures", def.name),
-                ));
-            }
-            if circuit_open(state, &def.name, args) {
-                return Gate::Block(ToolError::new(
-                    ErrorKind::CircuitOpen,
-                    format!(
-                        "{} failed repeatedly with these arguments; the circuit is open",
-                        def.name
-                    ),
-                ));
-            }
-            if needs_approval(def, args, policy) {
-                return approval_gate(decision, &def.name, args);
-            }
-            Gate::Run
+        let guards = RunGuards {
+            state: c.state,
+            policy: &self.resolved.tools.policy,
+            decision,
         };
-        recovery::execute(&self.resolved.tools, hints, &c.call.name, args, &ctx, &gate).await
+        let chain = Chain::new(
+            &self.resolved.tools,
+            &self.resolved.snapshot.prompts,
+            &guards,
+            &c.call.id,
+            &c.call.name,
+            args.clone(),
+        );
+        recovery::drive(chain, &ctx).await
     }
 
     fn pause_for_approval(
@@ -426,6 +417,41 @@ impl Runner {
             is_error,
             via: None,
         }
+    }
+}
+
+/// The loop's answers to the chain's gates: approval rules and people's decisions,
+/// then the breaker and withdrawn tools.
+struct RunGuards<'a> {
+    state: &'a LoopState,
+    policy: &'a Policy,
+    decision: Option<&'a EscalationRow>,
+}
+
+impl Guards for RunGuards<'_> {
+    fn approval(&self, def: &ToolDef, args: &Value) -> Gate {
+        if needs_approval(def, args, self.policy) {
+            return approval_gate(self.decision, &def.name, args);
+        }
+        Gate::Run
+    }
+
+    fn breaker(&self, def: &ToolDef, args: &Value) -> Option<ToolError> {
+        if self.state.disabled.contains(&def.name) {
+            return Some(ToolError::new(
+                ErrorKind::ToolDisabled,
+                format!("{} was withdrawn after repeated failures", def.name),
+            ));
+        }
+        circuit_open(self.state, &def.name, args).then(|| {
+            ToolError::new(
+                ErrorKind::CircuitOpen,
+                format!(
+                    "{} failed repeatedly with these arguments; the circuit is open",
+                    def.name
+                ),
+            )
+        })
     }
 }
 

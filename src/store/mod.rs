@@ -25,6 +25,7 @@
 //! keeps locked past the busy timeout each get their own error, which the command layer
 //! turns into one line and exit 2.
 
+mod admin;
 mod detail;
 mod escalations;
 mod journal;

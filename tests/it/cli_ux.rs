@@ -86,6 +86,12 @@ fn snapshot_filters() -> Vec<(&'static str, &'static str)> {
         (r"\d+\.\d s", "N s"),
         // The AGE column: seconds, minutes, … since creation.
         (r"[ \d]\d[smhd]  ", "AGE  "),
+        // runs show: local times and how long the run took.
+        (
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d",
+            "LOCAL TIME",
+        ),
+        (r"(duration +)\S.*", "${1}DURATION"),
     ]
 }
 

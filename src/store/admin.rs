@@ -1,0 +1,47 @@
+//! Removing runs (`runs rm`, `runs prune`, issue 13): every row a run owns goes in one
+//! transaction, so a removal is all or nothing.
+//!
+//! The tables are found from the schema (every table with a `run_id` column, then
+//! `runs` itself), so a table added by a later migration is covered without editing
+//! this file.
+
+use super::{Result, RunId, Store};
+
+impl Store {
+    /// Deletes one run and everything it owns. Returns false when no such run exists.
+    pub fn delete_run(&self, id: &RunId) -> Result<bool> {
+        self.write(|tx| {
+            let tables: Vec<String> = {
+                let mut stmt = tx.prepare(
+                    "SELECT m.name FROM sqlite_master m, pragma_table_info(m.name) c
+                     WHERE m.type = 'table' AND c.name = 'run_id' AND m.name != 'runs'",
+                )?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                rows.collect::<std::result::Result<_, _>>()?
+            };
+            for table in tables {
+                // Names come from the schema itself, never from input.
+                tx.execute(
+                    &format!("DELETE FROM \"{table}\" WHERE run_id = ?1"),
+                    [id.as_str()],
+                )?;
+            }
+            Ok(tx.execute("DELETE FROM runs WHERE id = ?1", [id.as_str()])? == 1)
+        })
+    }
+}
+
+impl Store {
+    /// Replaces a held run's config snapshot (`resume --model` switches the model for
+    /// the rest of the run).
+    pub fn replace_snapshot(&self, lease: &super::Lease, snapshot: &str) -> Result<()> {
+        self.write(|tx| {
+            super::runs::check_lease(tx, lease)?;
+            tx.execute(
+                "UPDATE run_snapshots SET snapshot = ?2 WHERE run_id = ?1",
+                rusqlite::params![lease.run.0, snapshot],
+            )?;
+            Ok(())
+        })
+    }
+}
