@@ -24,6 +24,36 @@ pub fn delay(
     clock.jitter(ceiling)
 }
 
+/// What to do before the next attempt (DESIGN §3 Retries, issue 12 item 10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Wait this long, then try again.
+    After(Duration),
+    /// The server asked for more than `max_retry_after`: do not retry; the call fails
+    /// `rate_limited` carrying the server's delay.
+    GiveUp { retry_after: Duration },
+}
+
+/// The wait before retry number `retry` (0 for the first retry). A server's requested
+/// delay is a floor, never shortened by `max_backoff`: the wait is exactly that delay
+/// (issue 12 item 10). Above `max_retry_after` the answer is [`Wait::GiveUp`]. Without
+/// one, full-jitter backoff ([`delay`]). Tool retries use this; model retries move to it
+/// in issue 15 (until then [`delay`] still caps the server's delay by `max_backoff`).
+pub fn next_wait(
+    base: Duration,
+    max_backoff: Duration,
+    retry: u32,
+    server_delay: Option<Duration>,
+    max_retry_after: Duration,
+    clock: &dyn Clock,
+) -> Wait {
+    match server_delay {
+        Some(d) if d > max_retry_after => Wait::GiveUp { retry_after: d },
+        Some(d) => Wait::After(d),
+        None => Wait::After(delay(base, max_backoff, retry, None, clock)),
+    }
+}
+
 /// Reads `retry-after-ms` (milliseconds) or `Retry-After` (seconds or an HTTP-date)
 /// from response headers. A date in the past means "now" (zero delay).
 pub fn retry_after(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Option<Duration> {
@@ -88,6 +118,29 @@ mod tests {
         };
         assert_eq!(d(Duration::from_secs(2)), Duration::from_secs(2));
         assert_eq!(d(Duration::from_secs(3600)), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn retry_after_is_a_floor_and_above_the_limit_means_give_up() {
+        let c = FakeClock::new(0);
+        let w = |s: u64| {
+            next_wait(
+                Duration::from_millis(10),
+                Duration::from_millis(50),
+                0,
+                Some(Duration::from_secs(s)),
+                Duration::from_secs(60),
+                &c,
+            )
+        };
+        assert_eq!(w(1), Wait::After(Duration::from_secs(1)));
+        assert_eq!(w(60), Wait::After(Duration::from_secs(60)));
+        assert_eq!(
+            w(61),
+            Wait::GiveUp {
+                retry_after: Duration::from_secs(61)
+            }
+        );
     }
 
     #[test]

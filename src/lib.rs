@@ -13,6 +13,7 @@ pub mod model;
 pub mod net;
 pub mod prompts;
 pub mod recovery;
+pub mod redact;
 pub mod render;
 pub mod runner;
 pub mod setup;

@@ -23,6 +23,11 @@ pub struct RawDefaults {
     pub attempts: Option<i64>,
     pub backoff: Option<String>,
     pub max_backoff: Option<String>,
+    pub max_retry_after: Option<String>,
+    /// Variable names every command tool receives (issue 12: an allow-list).
+    pub env: Option<Vec<String>>,
+    /// `"all"`: command tools inherit the whole environment minus secrets.
+    pub inherit: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,10 +63,14 @@ pub struct RawTool {
     pub command: Option<Vec<String>>,
     pub http: Option<RawHttp>,
     pub env: Option<Vec<String>>,
+    /// Variables set for a command tool: `{ NAME = "value" }`.
+    pub set: Option<BTreeMap<String, String>>,
+    pub inherit: Option<String>,
     pub timeout: Option<String>,
     pub attempts: Option<i64>,
     pub backoff: Option<String>,
     pub max_backoff: Option<String>,
+    pub max_retry_after: Option<String>,
     pub idempotent: Option<bool>,
     pub fallback: Option<Vec<RawFallback>>,
     pub stale: Option<bool>,
@@ -331,7 +340,15 @@ mod tests {
     fn field_names_come_from_the_struct() {
         assert_eq!(
             field_names::<RawDefaults>(),
-            ["timeout", "attempts", "backoff", "max_backoff"]
+            [
+                "timeout",
+                "attempts",
+                "backoff",
+                "max_backoff",
+                "max_retry_after",
+                "env",
+                "inherit"
+            ]
         );
         assert_eq!(field_names::<RawHttp>(), ["method", "url", "headers"]);
     }

@@ -26,7 +26,14 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         attempts: d.attempts,
         backoff: d.backoff.as_deref(),
         max_backoff: d.max_backoff.as_deref(),
+        max_retry_after: d.max_retry_after.as_deref(),
     };
+    let env_defaults = EnvDefaults {
+        env: d.env.clone().unwrap_or_default(),
+        inherit_all: inherit(d.inherit.as_deref(), Where::Section("defaults"), sink)
+            .unwrap_or(false),
+    };
+    check_env_names(&env_defaults.env, Where::Section("defaults"), sink);
     let defaults = resolve_retry(
         &fields,
         &RetryPolicy::default(),
@@ -38,7 +45,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
     let mut tools = BTreeMap::new();
     let mut props = BTreeMap::new();
     for (name, section) in raw.tools {
-        let (tool, known) = resolve_tool(&name, section, &defaults, &cwd, sink);
+        let (tool, known) = resolve_tool(&name, section, &defaults, &env_defaults, &cwd, sink);
         props.insert(name.clone(), known);
         tools.insert(name, tool);
     }
@@ -65,6 +72,34 @@ struct RetryFields<'a> {
     attempts: Option<i64>,
     backoff: Option<&'a str>,
     max_backoff: Option<&'a str>,
+    max_retry_after: Option<&'a str>,
+}
+
+/// The environment keys of `[defaults]`, inherited by every command tool.
+struct EnvDefaults {
+    env: Vec<String>,
+    inherit_all: bool,
+}
+
+/// `inherit = "all"` is the only value; `None` when absent or wrong (reported).
+fn inherit(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Option<bool> {
+    match value? {
+        "all" => Some(true),
+        "none" => Some(false),
+        other => {
+            let msg = format!("must be \"all\" (or \"none\", the default), not {other:?}");
+            sink.key(place, "inherit", msg);
+            None
+        }
+    }
+}
+
+fn check_env_names(names: &[String], place: Where<'_>, sink: &mut Sink) {
+    for (i, var) in names.iter().enumerate() {
+        if let Err(e) = validate::check_env_name(var) {
+            sink.key(place, &format!("env[{i}]"), e);
+        }
+    }
 }
 
 fn resolve_retry(
@@ -89,6 +124,8 @@ fn resolve_retry(
     }
     p.backoff = duration(f.backoff, "backoff", place, sink).unwrap_or(p.backoff);
     p.max_backoff = duration(f.max_backoff, "max_backoff", place, sink).unwrap_or(p.max_backoff);
+    p.max_retry_after =
+        duration(f.max_retry_after, "max_retry_after", place, sink).unwrap_or(p.max_retry_after);
     // Only blame the place that set one of the two, not every tool that inherits them.
     let set_here = f.backoff.is_some() || f.max_backoff.is_some();
     if set_here && p.backoff > p.max_backoff {
@@ -155,6 +192,7 @@ fn resolve_tool(
     name: &str,
     section: Section<RawTool>,
     defaults: &RetryPolicy,
+    env_defaults: &EnvDefaults,
     cwd: &Path,
     sink: &mut Sink,
 ) -> (ToolDef, Option<BTreeSet<String>>) {
@@ -190,9 +228,10 @@ fn resolve_tool(
         attempts: raw.attempts,
         backoff: raw.backoff.as_deref(),
         max_backoff: raw.max_backoff.as_deref(),
+        max_retry_after: raw.max_retry_after.as_deref(),
     };
     let retry = resolve_retry(&fields, defaults, place, sink);
-    let kind = resolve_kind(name, &raw, &broken, props.as_ref(), cwd, sink);
+    let kind = resolve_kind(name, &raw, &broken, props.as_ref(), env_defaults, cwd, sink);
     let tool = ToolDef {
         name: name.to_string(),
         description,
@@ -257,6 +296,7 @@ fn resolve_kind(
     raw: &RawTool,
     broken: &BTreeSet<String>,
     props: Option<&BTreeSet<String>>,
+    env_defaults: &EnvDefaults,
     cwd: &Path,
     sink: &mut Sink,
 ) -> ToolKind {
@@ -284,15 +324,23 @@ fn resolve_kind(
     }
     let argv = raw.command.clone().unwrap_or_default();
     check_command(name, &argv, raw.command.is_some(), sink);
-    let env = raw.env.clone().unwrap_or_default();
-    for (i, var) in env.iter().enumerate() {
-        if let Err(e) = validate::check_env_name(var) {
-            sink.key(place, &format!("env[{i}]"), e);
+    let own = raw.env.clone().unwrap_or_default();
+    check_env_names(&own, place, sink);
+    let mut env = env_defaults.env.clone();
+    env.extend(own);
+    let set = raw.set.clone().unwrap_or_default();
+    for name in set.keys() {
+        if let Err(e) = validate::check_env_name(name) {
+            sink.key(place, &format!("set.{name}"), e);
         }
     }
+    let inherit_all =
+        inherit(raw.inherit.as_deref(), place, sink).unwrap_or(env_defaults.inherit_all);
     ToolKind::Command(CommandSpec {
         argv,
         env,
+        set,
+        inherit_all,
         cwd: cwd.to_path_buf(),
         output_cap,
     })
@@ -320,9 +368,16 @@ fn http_spec(
     sink: &mut Sink,
 ) -> HttpSpec {
     let place = Where::Tool(name);
-    if raw.env.is_some() {
-        let msg = "only command tools take `env`; http tools read `${VAR}` in headers".into();
-        sink.key(place, "env", msg);
+    for (key, present) in [
+        ("env", raw.env.is_some()),
+        ("set", raw.set.is_some()),
+        ("inherit", raw.inherit.is_some()),
+    ] {
+        if present {
+            let msg =
+                format!("only command tools take `{key}`; http tools read `${{VAR}}` in headers");
+            sink.key(place, key, msg);
+        }
     }
     let method = http.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
     if !METHODS.contains(&method.as_str()) {

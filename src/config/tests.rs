@@ -85,6 +85,8 @@ fn command(argv: &[&str]) -> ToolKind {
     ToolKind::Command(CommandSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: Vec::new(),
+        set: Default::default(),
+        inherit_all: false,
         cwd: PathBuf::from("conf"),
         output_cap: DEFAULT_OUTPUT_CAP,
     })
@@ -250,7 +252,7 @@ fn unknown_keys_are_named_with_where_and_a_suggestion() {
         &text,
         &[
             "tools.toml: unknown key `tool` at top level (line 1, column 2); did you mean `tools`?",
-            "tools.toml: defaults: unknown key `retries` (line 3, column 1); expected one of: timeout, attempts, backoff, max_backoff",
+            "tools.toml: defaults: unknown key `retries` (line 3, column 1); expected one of: timeout, attempts, backoff, max_backoff, max_retry_after, env, inherit",
             "tools.toml: tool `a`: unknown key `timout` (line 7, column 1); did you mean `timeout`?",
         ],
     );

@@ -17,6 +17,9 @@ pub struct RetryPolicy {
     /// Base delay: delay = min(max_backoff, backoff * 2^attempt), full jitter.
     pub backoff: Duration,
     pub max_backoff: Duration,
+    /// A server's `Retry-After` above this is not waited for: the call fails
+    /// `rate_limited` with `retry_after_s` (DESIGN §3 Retries).
+    pub max_retry_after: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -26,6 +29,7 @@ impl Default for RetryPolicy {
             attempts: 3,
             backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(60),
         }
     }
 }
@@ -74,8 +78,13 @@ pub enum OnUnknown {
 pub struct CommandSpec {
     /// argv; argv[0] relative paths resolve against the tools.toml directory.
     pub argv: Vec<String>,
-    /// Secret-looking variable names this tool may still receive.
+    /// Variable names passed through from agentrun's environment (the tool's `env`
+    /// and `[defaults]`'s), on top of the core set.
     pub env: Vec<String>,
+    /// Variables set for the child (`set = { NAME = "value" }`).
+    pub set: BTreeMap<String, String>,
+    /// `inherit = "all"`: the whole environment minus secret-looking names and values.
+    pub inherit_all: bool,
     /// Working directory for the child: the tools.toml directory.
     pub cwd: std::path::PathBuf,
     /// stdout beyond this many bytes is cut with a note.

@@ -9,7 +9,6 @@ mod chain_tests;
 pub mod fallback;
 pub mod retry;
 
-use crate::backoff;
 use crate::config::types::{ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
 use crate::tools::outcome::{ErrorKind, ToolError};
@@ -109,13 +108,7 @@ pub async fn drive(mut chain: Chain<'_>, ctx: &CallContext<'_>) -> Execution {
                     elapsed: started.elapsed(),
                 }
             }
-            ChainEffect::ChooseDelay(b) => ChainEvent::DelayChosen(backoff::delay(
-                b.base,
-                b.max,
-                b.retry,
-                b.server_delay,
-                ctx.clock,
-            )),
+            ChainEffect::ChooseDelay(b) => ChainEvent::DelayChosen(b.draw(ctx.clock)),
             ChainEffect::Sleep(d) => {
                 ctx.clock.sleep(d).await;
                 ChainEvent::Slept

@@ -1,7 +1,10 @@
 //! Retry policy for tool calls: transient failures are retried up to the tool's
-//! `attempts` with exponential full-jitter backoff (the server's `Retry-After` first,
-//! capped by `max_backoff`); every other failure gets exactly one attempt, because
-//! retrying "not found" or "permission denied" cannot change the answer.
+//! `attempts` with exponential full-jitter backoff; every other failure gets exactly one
+//! attempt, because retrying "not found" or "permission denied" cannot change the answer.
+//!
+//! The server's `Retry-After` is a floor, never shortened by `max_backoff`; when it asks
+//! for more than `max_retry_after` there is no retry: the call fails `rate_limited`
+//! carrying the delay (DESIGN §3 Retries, issue 12 item 10).
 //!
 //! A tool that is not `idempotent` is retried only after a failure that proves it did
 //! not act ([`ToolError::not_acted`]); any other transient failure ends the call as
@@ -32,6 +35,24 @@ fn unknown_outcome(def: &ToolDef, e: ToolError) -> ToolError {
     )
 }
 
+/// The server asked for a longer wait than `max_retry_after`: the call fails now, as
+/// `rate_limited`, carrying the server's delay so the model (and the breaker) know when
+/// the service takes calls again.
+fn too_long_to_wait(def: &ToolDef, err: ToolError) -> ToolError {
+    let retry_after = err.retry_after.unwrap_or_default();
+    let mut e = ToolError::new(
+        ErrorKind::RateLimited,
+        format!(
+            "{}; the service asks to wait {}, more than max_retry_after ({}), so it was not retried",
+            err.message,
+            humantime::format_duration(retry_after),
+            humantime::format_duration(def.retry.max_retry_after)
+        ),
+    );
+    e.retry_after = Some(retry_after);
+    e
+}
+
 /// What follows an attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AfterAttempt {
@@ -53,6 +74,18 @@ pub struct Backoff {
     pub server_delay: Option<Duration>,
 }
 
+impl Backoff {
+    /// The wait: exactly the server's delay when it named one (a floor that
+    /// `max_backoff` never shortens; `after_attempt` already refused delays above
+    /// `max_retry_after`), else a full-jitter draw.
+    pub fn draw(&self, clock: &dyn crate::clock::Clock) -> Duration {
+        match self.server_delay {
+            Some(d) => d,
+            None => backoff::delay(self.base, self.max, self.retry, None, clock),
+        }
+    }
+}
+
 /// The retry rule, without IO: after attempt number `made` (from 1) ended with
 /// `result`, is the call done or is there another attempt?
 pub fn after_attempt(def: &ToolDef, made: u32, result: AttemptResult) -> AfterAttempt {
@@ -60,6 +93,12 @@ pub fn after_attempt(def: &ToolDef, made: u32, result: AttemptResult) -> AfterAt
     match result {
         Err(e) if e.kind.is_retryable() && !def.idempotent && !e.not_acted => {
             AfterAttempt::Final(Err(unknown_outcome(def, e)))
+        }
+        Err(e)
+            if e.kind.is_retryable()
+                && e.retry_after.is_some_and(|d| d > def.retry.max_retry_after) =>
+        {
+            AfterAttempt::Final(Err(too_long_to_wait(def, e)))
         }
         Err(e) if e.kind.is_retryable() && made < max => AfterAttempt::Retry(Backoff {
             base: def.retry.backoff,
@@ -95,7 +134,7 @@ pub async fn call_with_retry(
             AfterAttempt::Final(result) => return (result, made),
             AfterAttempt::Retry(b) => b,
         };
-        let delay = backoff::delay(b.base, b.max, b.retry, b.server_delay, ctx.clock);
+        let delay = b.draw(ctx.clock);
         ctx.events.emit(backoff_event(
             ctx.call_id,
             def,

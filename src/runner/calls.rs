@@ -146,7 +146,7 @@ impl Runner {
         }
         let outcome = match d.resolution.as_ref()? {
             Resolution::Approve => {
-                let key = self.call_key(&c.call.id);
+                let key = self.idempotency_key(&c.call.id);
                 let ctx = CallContext {
                     run_id: self.run_id().as_str(),
                     call_id: &c.call.id,
@@ -188,7 +188,7 @@ impl Runner {
         args: &Value,
         decision: Option<&EscalationRow>,
     ) -> Execution {
-        let key = self.call_key(&c.call.id);
+        let key = self.idempotency_key(&c.call.id);
         let ctx = CallContext {
             run_id: self.run_id().as_str(),
             call_id: &c.call.id,
@@ -302,7 +302,7 @@ impl Runner {
     }
 
     /// `AGENTRUN_CALL_ID` for a call of this run.
-    fn call_key(&self, call_id: &str) -> String {
+    fn idempotency_key(&self, call_id: &str) -> String {
         crate::tools::idempotency_key(
             self.run_id().as_str(),
             &self.resolved.snapshot.call_salt,

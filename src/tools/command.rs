@@ -20,6 +20,7 @@
 use super::CallContext;
 use super::outcome::{AttemptResult, ErrorClass, ErrorKind, ToolError};
 use crate::config::types::{CommandSpec, ToolDef};
+use crate::redact::{self, Secrets};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -31,8 +32,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 const STDERR_CAP: usize = 16 * 1024;
 /// How much of stderr goes into an error message.
 const STDERR_TAIL: usize = 500;
-/// Substrings (upper-cased) that mark a variable as a secret the child must not see.
-const SECRET_MARKERS: [&str; 4] = ["KEY", "SECRET", "TOKEN", "PASSWORD"];
+/// What every command tool receives from agentrun's environment (DESIGN §3), plus `LC_*`.
+const CORE_ENV: [&str; 9] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG",
+];
 
 pub async fn run(
     spec: &CommandSpec,
@@ -40,7 +43,17 @@ pub async fn run(
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
-    let mut cmd = build(spec, ctx)?;
+    let (mut cmd, secrets) = build(spec, ctx)?;
+    let result = run_child(&mut cmd, spec, def, args).await;
+    super::redacted(result, &secrets)
+}
+
+async fn run_child(
+    cmd: &mut tokio::process::Command,
+    spec: &CommandSpec,
+    def: &ToolDef,
+    args: &Value,
+) -> AttemptResult {
     let mut child = cmd.spawn().map_err(|e| {
         let msg = format!("{}: cannot start `{}`: {e}", def.name, spec.argv[0]);
         ToolError::new(ErrorKind::ToolBug, msg)
@@ -98,7 +111,10 @@ pub async fn run(
     }
 }
 
-fn build(spec: &CommandSpec, ctx: &CallContext<'_>) -> Result<tokio::process::Command, ToolError> {
+fn build(
+    spec: &CommandSpec,
+    ctx: &CallContext<'_>,
+) -> Result<(tokio::process::Command, Secrets), ToolError> {
     let Some(program) = spec.argv.first() else {
         return Err(ToolError::new(
             ErrorKind::ToolBug,
@@ -111,36 +127,60 @@ fn build(spec: &CommandSpec, ctx: &CallContext<'_>) -> Result<tokio::process::Co
     } else {
         program.into()
     };
+    let env = child_env(std::env::vars_os(), spec);
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(&spec.argv[1..])
         .current_dir(&spec.cwd)
         .env_clear()
-        .envs(child_env(std::env::vars_os(), &spec.env))
+        .envs(env.vars)
         .env("AGENTRUN_RUN_ID", ctx.run_id)
         .env("AGENTRUN_CALL_ID", ctx.key)
         .process_group(0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    Ok(cmd)
+    Ok((cmd, env.secrets))
 }
 
-/// The parent's environment minus secret-looking names, except those the tool lists.
+/// A child's environment and the secret values in it (to redact from its output).
+#[derive(Debug, Default)]
+pub struct ChildEnv {
+    pub vars: Vec<(OsString, OsString)>,
+    pub secrets: Secrets,
+}
+
+/// The child's environment (DESIGN §3, issue 12 item 6): an allow-list — the core set,
+/// the names listed in `env` (the tool's and `[defaults]`'s), and `set`. With
+/// `inherit = "all"` every other variable passes too, except secret-looking names
+/// ([`redact::is_secret_name`]) and values holding `://user:password@`. The values of
+/// secret-looking variables the child does get are remembered for redaction.
 pub fn child_env(
     parent: impl Iterator<Item = (OsString, OsString)>,
-    allowed: &[String],
-) -> Vec<(OsString, OsString)> {
-    parent
-        .filter(|(name, _)| {
-            let name = name.to_string_lossy();
-            allowed.iter().any(|a| *a == name) || !is_secret_name(&name)
-        })
-        .collect()
-}
-
-fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    SECRET_MARKERS.iter().any(|m| upper.contains(m))
+    spec: &CommandSpec,
+) -> ChildEnv {
+    let mut out = ChildEnv::default();
+    for (name, value) in parent {
+        let (n, v) = (name.to_string_lossy(), value.to_string_lossy());
+        if spec.set.contains_key(n.as_ref()) {
+            continue;
+        }
+        let secret = redact::is_secret_name(&n) || redact::url_credentials(&v).is_some();
+        let listed = spec.env.iter().any(|a| *a == n);
+        let core = CORE_ENV.contains(&n.as_ref()) || n.starts_with("LC_");
+        if listed && secret {
+            out.secrets.add(&v);
+        }
+        if listed || core || (spec.inherit_all && !secret) {
+            out.vars.push((name, value));
+        }
+    }
+    for (name, value) in &spec.set {
+        if redact::is_secret_name(name) || redact::url_credentials(value).is_some() {
+            out.secrets.add(value);
+        }
+        out.vars.push((name.into(), value.into()));
+    }
+    out
 }
 
 /// Kills the child's whole process group when dropped, so a cancelled attempt (Ctrl-C,
@@ -299,18 +339,62 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
     }
 
-    #[test]
-    fn secret_looking_names_are_dropped_unless_listed() {
-        let parent = env(&[
+    fn spec(listed: &[&str], set: &[(&str, &str)], inherit_all: bool) -> CommandSpec {
+        CommandSpec {
+            argv: vec!["t".into()],
+            env: listed.iter().map(|s| s.to_string()).collect(),
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            inherit_all,
+            cwd: ".".into(),
+            output_cap: 1024,
+        }
+    }
+
+    /// The leaks of issue 12 item 6, all at once.
+    fn parent() -> Vec<(OsString, OsString)> {
+        env(&[
             ("PATH", "/bin"),
-            ("MY_API_KEY", "k"),
-            ("gh_token", "t"),
-            ("DB_PASSWORD", "p"),
-            ("AWS_SECRET_ACCESS_KEY", "s"),
-            ("KB_TOKEN", "kb"),
-        ]);
-        let kept = child_env(parent.into_iter(), &["KB_TOKEN".to_string()]);
-        assert_eq!(kept, env(&[("PATH", "/bin"), ("KB_TOKEN", "kb")]));
+            ("LC_ALL", "C"),
+            ("EDITOR", "vi"),
+            ("GITHUB_PAT", "ghp_abcdef"),
+            ("DATABASE_URL", "postgres://u:pw12@h/db"),
+            ("HTTPS_PROXY", "http://proxyuser:proxypass@proxy:3128"),
+            ("MYSQL_PWD", "mysqlpw"),
+            ("SENTRY_DSN", "https://abc@sentry.io/1"),
+            ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
+            ("KB_TOKEN", "kb-secret"),
+        ])
+    }
+
+    #[test]
+    fn only_the_core_set_listed_names_and_set_values_reach_the_child() {
+        let got = child_env(
+            parent().into_iter(),
+            &spec(&["KB_TOKEN", "EDITOR"], &[("MODE", "test")], false),
+        );
+        assert_eq!(
+            got.vars,
+            env(&[
+                ("PATH", "/bin"),
+                ("LC_ALL", "C"),
+                ("EDITOR", "vi"),
+                ("KB_TOKEN", "kb-secret"),
+                ("MODE", "test"),
+            ])
+        );
+        assert_eq!(got.secrets.text("x kb-secret y"), "x [redacted] y");
+    }
+
+    #[test]
+    fn inherit_all_still_removes_secret_names_and_credential_values() {
+        let got = child_env(parent().into_iter(), &spec(&[], &[], true));
+        assert_eq!(
+            got.vars,
+            env(&[("PATH", "/bin"), ("LC_ALL", "C"), ("EDITOR", "vi")])
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::backoff;
 use crate::config::types::{HttpSpec, ToolDef};
 use crate::config::validate;
+use crate::redact::Secrets;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Response, StatusCode, Url};
@@ -41,6 +42,34 @@ pub async fn run(
     args: &Value,
     _ctx: &CallContext<'_>,
 ) -> AttemptResult {
+    let secrets = secrets_of(spec, |name| std::env::var(name).ok());
+    let result = send(spec, def, args).await;
+    super::redacted(result, &secrets)
+}
+
+/// The secret values one attempt uses: what each `${VAR}` in a header expands to, and
+/// credentials written into the URL (DESIGN §5: none of them is ever stored).
+pub fn secrets_of(spec: &HttpSpec, env: impl Fn(&str) -> Option<String>) -> Secrets {
+    let mut secrets = Secrets::default();
+    for template in spec.headers.values() {
+        let mut rest = template.as_str();
+        while let Some(start) = rest.find("${") {
+            let Some(len) = rest[start + 2..].find('}') else {
+                break;
+            };
+            if let Some(value) = env(&rest[start + 2..start + 2 + len]) {
+                secrets.add(&value);
+            }
+            rest = &rest[start + 3 + len..];
+        }
+    }
+    if let Some(userinfo) = crate::redact::url_credentials(&spec.url) {
+        secrets.add(userinfo);
+    }
+    secrets
+}
+
+async fn send(spec: &HttpSpec, def: &ToolDef, args: &Value) -> AttemptResult {
     let tool = def.name.as_str();
     let url = fill_url(&spec.url, args).map_err(prefixed(tool))?;
     let method = Method::from_bytes(spec.method.to_ascii_uppercase().as_bytes()).map_err(|_| {

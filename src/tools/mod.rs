@@ -8,6 +8,7 @@ pub mod schema;
 
 use crate::clock::Clock;
 use crate::config::types::{ToolDef, ToolKind};
+use crate::redact::Secrets;
 use crate::trace::EventSink;
 use outcome::AttemptResult;
 use serde_json::Value;
@@ -29,6 +30,24 @@ pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> Atte
     match &def.kind {
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,
+    }
+}
+
+/// An attempt's result with every secret it may carry replaced (crate::redact): the one
+/// place a tool's output and error messages enter agentrun.
+pub(crate) fn redacted(result: AttemptResult, secrets: &Secrets) -> AttemptResult {
+    if secrets.is_empty() {
+        return result;
+    }
+    match result {
+        Ok(mut v) => {
+            secrets.json(&mut v);
+            Ok(v)
+        }
+        Err(mut e) => {
+            e.message = secrets.text(&e.message);
+            Err(e)
+        }
     }
 }
 

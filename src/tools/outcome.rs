@@ -35,14 +35,22 @@ impl ToolError {
 
     /// The JSON object the model sees for this failure (DESIGN §4).
     pub fn to_model_json(&self, attempts: u32, hint: &str) -> Value {
-        json!({
+        let mut v = json!({
             "error": self.kind.as_str(),
             "class": self.kind.class().as_str(),
             "message": self.message,
             "retryable": self.kind.is_retryable(),
             "attempts": attempts,
             "hint": hint,
-        })
+        });
+        // When the service said when it takes calls again (DESIGN §3 Retries).
+        if let Some(after) = self
+            .retry_after
+            .filter(|_| self.kind == ErrorKind::RateLimited)
+        {
+            v["retry_after_s"] = json!(after.as_secs_f64().ceil() as u64);
+        }
+        v
     }
 }
 

@@ -386,3 +386,184 @@ fn a_provider_base_url_redirecting_elsewhere_gets_neither_key_nor_transcript() {
     assert_eq!(s.hits(&s.home), 1, "permanent: not retried");
     assert!(run.stdout.contains("another origin"), "{run}");
 }
+
+// ---- 5. secrets are redacted before anything is stored, shown or sent -----------------
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn a_header_secret_echoed_in_an_error_body_is_never_stored_or_shown() {
+    let s = Servers::new();
+    s.rt.block_on(
+        Mock::given(method("GET"))
+            .respond_with(
+                ResponseTemplate::new(400)
+                    .set_body_string("bad request; you sent x-api-key: kb-secret-123"),
+            )
+            .mount(&s.home),
+    );
+    let (p, content) = s.fetch();
+    assert_eq!(
+        content["message"],
+        "fetch: HTTP 400 Bad Request: bad request; you sent x-api-key: [redacted]"
+    );
+    assert!(
+        !contains(&p.db_bytes(), "kb-secret-123"),
+        "the database holds the secret"
+    );
+    let human = p.run(&["runs", "show", &p.only_run()]);
+    assert!(!human.stdout.contains("kb-secret-123"), "{human}");
+}
+
+#[test]
+fn a_secret_a_command_tool_was_given_is_redacted_from_its_output() {
+    let p = Project::new();
+    p.fast_tools(
+        "[tools.deploy]\ndescription = \"deploy\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; echo \\\"token is $DEPLOY_TOKEN, dsn $SENTRY_DSN\\\"\"]\n\
+         env = [\"DEPLOY_TOKEN\"]\nset = { SENTRY_DSN = \"https://pub:set-secret-77@sentry.example/1\" }\n",
+    );
+    p.model_script(json!([calls("deploy", 1), {"text": "done"}]));
+    p.task("", "Deploy.");
+    let (run, show) = p.start(&[("DEPLOY_TOKEN", "dt-secret-456")]);
+    run.expect_code(0);
+    assert_eq!(
+        tool_result(&show, "call_0_0").0,
+        json!("token is [redacted], dsn [redacted]")
+    );
+    // (A literal in tools.toml, like the `set` value here, is part of the run's config
+    // snapshot; `tools check` warns about it. A value from the environment never is.)
+    assert!(!contains(&p.db_bytes(), "dt-secret-456"));
+}
+
+// ---- 6. the child's environment is an allow-list --------------------------------------
+
+/// The names of the variables a command tool sees, with `extra` in its definition.
+fn child_env_names(extra: &str) -> Vec<String> {
+    let p = Project::new();
+    p.fast_tools(&format!(
+        "[tools.envdump]\ndescription = \"env\"\ninput_schema = {{ type = \"object\" }}\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; env | cut -d= -f1 | sort | tr '\\\\n' ' '\"]\n{extra}"
+    ));
+    p.model_script(json!([calls("envdump", 1), {"text": "done"}]));
+    p.task("", "Dump.");
+    let (_, show) = p.start(&[
+        ("GITHUB_PAT", "ghp_x1"),
+        ("DATABASE_URL", "postgres://u:pw@h/db"),
+        ("HTTPS_PROXY", "http://pu:pp@proxy:3128"),
+        ("MYSQL_PWD", "pw1"),
+        ("SENTRY_DSN", "https://k@sentry.io/1"),
+        ("SSH_AUTH_SOCK", "/tmp/agent"),
+        ("EDITOR", "vi"),
+        ("LC_ALL", "C"),
+    ]);
+    let text = tool_result(&show, "call_0_0").0;
+    text.as_str()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_command_tool_gets_only_the_core_set_and_what_it_lists() {
+    let names = child_env_names("env = [\"EDITOR\"]\nset = { MODE = \"test\" }\n");
+    for leak in [
+        "GITHUB_PAT",
+        "DATABASE_URL",
+        "HTTPS_PROXY",
+        "MYSQL_PWD",
+        "SENTRY_DSN",
+        "SSH_AUTH_SOCK",
+        "AGENTRUN_DB",
+    ] {
+        assert!(
+            !names.contains(&leak.to_string()),
+            "{leak} leaked: {names:?}"
+        );
+    }
+    for kept in ["PATH", "LC_ALL", "EDITOR", "MODE", "AGENTRUN_CALL_ID"] {
+        assert!(
+            names.contains(&kept.to_string()),
+            "{kept} missing: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn inherit_all_still_removes_secret_names_and_credential_urls() {
+    let names = child_env_names("inherit = \"all\"\n");
+    assert!(names.contains(&"EDITOR".to_string()), "{names:?}");
+    for leak in [
+        "GITHUB_PAT",
+        "DATABASE_URL",
+        "HTTPS_PROXY",
+        "MYSQL_PWD",
+        "SENTRY_DSN",
+        "SSH_AUTH_SOCK",
+    ] {
+        assert!(
+            !names.contains(&leak.to_string()),
+            "{leak} leaked: {names:?}"
+        );
+    }
+}
+
+// ---- 10. Retry-After is a floor; above max_retry_after there is no retry --------------
+
+#[test]
+fn retry_after_is_never_shortened_by_max_backoff() {
+    let s = Servers::new();
+    s.rt.block_on(
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(429).insert_header("Retry-After", "1"))
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&s.home),
+    );
+    s.rt.block_on(
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": 1})))
+            .with_priority(2)
+            .mount(&s.home),
+    );
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        &format!(
+            "[defaults]\nbackoff = \"10ms\"\nmax_backoff = \"50ms\"\n\n\
+             [tools.fetch]\ndescription = \"fetch\"\ninput_schema = {{ type = \"object\" }}\n\
+             http = {{ method = \"GET\", url = \"{}/a\" }}\nidempotent = true\n",
+            s.home.uri()
+        ),
+    );
+    p.model_script(json!([calls("fetch", 1), {"text": "done"}]));
+    p.task("", "Fetch.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let b = &events(&show, "backoff")[0];
+    assert_eq!(
+        (&b["delay_ms"], &b["retry_after"]),
+        (&json!(1000), &json!(true))
+    );
+}
+
+#[test]
+fn retry_after_above_max_retry_after_fails_rate_limited_at_once() {
+    let s = Servers::new();
+    s.rt.block_on(
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(429).insert_header("Retry-After", "120"))
+            .mount(&s.home),
+    );
+    let (_, content) = s.fetch();
+    assert_eq!(s.hits(&s.home), 1);
+    assert_eq!(
+        (&content["error"], &content["retry_after_s"]),
+        (&json!("rate_limited"), &json!(120))
+    );
+}

@@ -94,14 +94,15 @@ async fn an_error_field_that_is_no_kind_is_ordinary_output() {
 async fn secrets_are_cleaned_from_the_environment_unless_listed() {
     set_test_env();
     let h = Harness::new();
-    let body = r#"printf '{"key":"%s","listed":"%s","kb":"%s","run":"%s","call":"%s","path":%s}' \
+    let body = r#"printf '{"key":"%s","got":"%s","kb":"%s","run":"%s","call":"%s","path":%s}' \
         "${MY_API_KEY:-}" "${AGENTRUN_TEST_LISTED_TOKEN:-}" "${AGENTRUN_TEST_KB_TOKEN:-}" \
         "$AGENTRUN_RUN_ID" "$AGENTRUN_CALL_ID" "$([ -n "$PATH" ] && echo true || echo false)""#;
     let mut def = h.script_tool("env", body);
     if let ToolKind::Command(spec) = &mut def.kind {
         spec.env = vec!["AGENTRUN_TEST_LISTED_TOKEN".to_string()];
     }
-    let want = json!({"key": "", "listed": "listed", "kb": "", "run": "run-1", "call": "call-1", "path": true});
+    // The listed secret reaches the tool, and is redacted from what it prints.
+    let want = json!({"key": "", "got": "[redacted]", "kb": "", "run": "run-1", "call": "call-1", "path": true});
     assert_eq!(h.attempt(&def, json!({})).await, Ok(want));
 }
 

@@ -86,17 +86,22 @@ async fn retry_after_is_honoured_over_the_computed_backoff() {
 }
 
 #[tokio::test]
-async fn retry_after_is_capped_by_max_backoff() {
+async fn retry_after_above_max_retry_after_is_not_waited_for() {
+    // Issue 12 item 10: it used to be cut to max_backoff and retried.
     let server = server_answering(
         429,
         ResponseTemplate::new(429).insert_header("Retry-After", "3600"),
-        3,
+        1,
     )
     .await;
     let h = Harness::new();
-    let (_, attempts) = h.with_retry(&search_tool(&server), json!({"q": "x"})).await;
-    assert_eq!(attempts, 3);
-    assert_eq!(h.sleeps_ms(), vec![1000, 1000]);
+    let (result, attempts) = h.with_retry(&search_tool(&server), json!({"q": "x"})).await;
+    let err = result.unwrap_err();
+    assert_eq!(
+        (err.kind, err.retry_after, attempts),
+        (ErrorKind::RateLimited, Some(Duration::from_secs(3600)), 1)
+    );
+    assert_eq!(h.sleeps_ms(), Vec::<u128>::new());
 }
 
 #[tokio::test]

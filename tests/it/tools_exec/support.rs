@@ -44,6 +44,7 @@ pub fn test_retry() -> RetryPolicy {
         attempts: 3,
         backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(1),
+        max_retry_after: Duration::from_secs(60),
     }
 }
 
@@ -127,6 +128,8 @@ impl Harness {
             ToolKind::Command(CommandSpec {
                 argv: argv.iter().map(|s| s.to_string()).collect(),
                 env: Vec::new(),
+                set: Default::default(),
+                inherit_all: false,
                 cwd: self.path().to_path_buf(),
                 output_cap: DEFAULT_OUTPUT_CAP,
             }),
