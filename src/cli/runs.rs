@@ -369,8 +369,7 @@ fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
 /// `runs show --follow`: the run so far, then its trace and the model's words as they
 /// are committed, until it stops (or its process is found gone).
 fn follow(store: &Store, id: &RunId) -> anyhow::Result<Exit> {
-    // What counts as seen is read before the render: a step committed in between is
-    // then printed twice at worst, never skipped (it was skipped when read after).
+    // Counted before the render: a line written in between may show twice, never not.
     let mut seen_events = store.events(id)?.len();
     let mut seen_seq = store.messages(id)?.last().map_or(0, |m| m.seq);
     output::print_out(&render(store, id)?)?;
