@@ -57,12 +57,12 @@ impl Plan {
         } else {
             Plan {
                 quick,
-                sizes: vec![(10, 5), (100, 5), (1_000, 3), (10_000, 3)],
-                not_idempotent: vec![(1_000, 3), (10_000, 3)],
+                sizes: vec![(10, 3), (100, 3), (1_000, 3), (10_000, 1)],
+                not_idempotent: vec![(1_000, 3), (10_000, 1)],
                 long: 100_000,
                 list_runs: 100_000,
                 strace_steps: 1_000,
-                reps: 11,
+                reps: 5,
             }
         }
     }
