@@ -79,7 +79,8 @@ start_server() {
     >>"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 120); do
-    if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then return 0; fi
+    if python3 -c 'import sys,urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+      "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; then return 0; fi
     sleep 0.5
   done
   echo "llama-server did not come up; its log:"; tail -20 "$WORK/server.log"; exit 1
@@ -105,6 +106,7 @@ task() { # task FILE MODEL
 model = "$2"
 max_steps = 4
 max_output_tokens = 200
+max_output_tokens_retry = 400
 model_backoff = "1s"
 +++
 What is the weather in Paris? Reply with <tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>
