@@ -8,7 +8,7 @@
 # protocols with streaming, a kill -9 + resume, and a server restart mid-run.
 #
 #   scripts/real-llm-check.sh            # everything
-#   AGENTRUN_LLM_CACHE=/somewhere scripts/real-llm-check.sh
+#   AGENTRUN_LLM_CACHE=/somewhere AGENTRUN_BIN=target/debug/agentrun scripts/real-llm-check.sh
 #
 # Everything fetched or built goes to the cache folder, outside the repository
 # (default ~/.cache/agentrun-llm); nothing is written into the repository except
@@ -61,9 +61,13 @@ fi
 echo "model: $MODEL"
 
 # ---- agentrun ---------------------------------------------------------------------------
-say "building agentrun"
-(cd "$REPO" && cargo build --release --quiet)
-AGENTRUN=$REPO/target/release/agentrun
+if [ -n "${AGENTRUN_BIN:-}" ]; then
+  AGENTRUN=$AGENTRUN_BIN   # an agentrun already built (e.g. target/debug/agentrun)
+else
+  say "building agentrun"
+  (cd "$REPO" && cargo build --release --quiet)
+  AGENTRUN=$REPO/target/release/agentrun
+fi
 
 WORK=$(mktemp -d)
 SERVER_PID=
