@@ -62,6 +62,8 @@ pub enum NoteKind {
     OutcomeUnknown,
     /// A fallback hop was not called (missing tool, arguments that do not fit).
     FallbackSkipped,
+    /// An MCP server that had stopped was started again for a call (issue 16).
+    McpServerRestarted,
 }
 
 impl NoteKind {
@@ -69,6 +71,7 @@ impl NoteKind {
         match self {
             NoteKind::OutcomeUnknown => "outcome_unknown",
             NoteKind::FallbackSkipped => "fallback_skipped",
+            NoteKind::McpServerRestarted => "mcp_server_restarted",
         }
     }
 
