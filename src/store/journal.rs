@@ -510,7 +510,14 @@ pub(super) fn insert_events(
     let now = now_ms();
     for e in events {
         let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
-        stmt.execute(params![run.0, step, e.kind(), data, now])?;
+        // An event that carries its own time was written later than it happened.
+        stmt.execute(params![
+            run.0,
+            step,
+            e.kind(),
+            data,
+            e.at_ms().unwrap_or(now)
+        ])?;
     }
     Ok(())
 }
