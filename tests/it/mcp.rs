@@ -302,6 +302,21 @@ fn a_server_killed_mid_call_leaves_a_non_idempotent_call_outcome_unknown() {
 }
 
 #[test]
+fn by_default_a_lost_non_idempotent_mcp_call_escalates_for_a_person() {
+    let Some(p) = project(Some("server"), "") else {
+        return;
+    };
+    one_call(&p, "everything__echo", json!({"message": "once"}));
+    let run = p.run(&["start", "task.md", "--json"]);
+    run.expect_code(3);
+    let list = p
+        .run(&["escalations", "list", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(list[0]["kind"], "outcome_unknown", "{list}");
+}
+
+#[test]
 fn a_tool_error_from_the_server_is_the_tools_error() {
     if !time_server() {
         return;
