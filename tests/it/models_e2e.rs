@@ -37,6 +37,7 @@ impl Server {
     fn answer(&self, times: Option<u64>, response: ResponseTemplate) {
         let mut mock = Mock::given(method("POST"))
             .and(path(OPENAI_PATH))
+            .and(crate::common::paired())
             .respond_with(response);
         if let Some(n) = times {
             mock = mock.up_to_n_times(n).with_priority(1);
