@@ -165,14 +165,15 @@ for proto in openai anthropic; do
 done
 
 say "kill -9 mid-run, then resume"
-"$AGENTRUN" start openai.md --json >kill.out 2>kill.err &
+"$AGENTRUN" start openai.md >kill.out 2>kill.err &
 RUN_PID=$!
-# Wait for the first committed step (the tool call), then kill.
+# Kill while the model is answering: the run exists, its first model call is in flight.
 for _ in $(seq 1 120); do
-  steps=$("$AGENTRUN" runs list --json 2>/dev/null | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["steps"] if r else 0)' 2>/dev/null || echo 0)
-  [ "$steps" -ge 1 ] && break
+  grep -q "step 1/" kill.err 2>/dev/null && break
   sleep 0.5
 done
+sleep 3
+steps=$("$AGENTRUN" runs list --json 2>/dev/null | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r[0]["steps"] if r else 0)' 2>/dev/null || echo 0)
 kill -9 "$RUN_PID" 2>/dev/null || true
 wait "$RUN_PID" 2>/dev/null || true
 ID=$("$AGENTRUN" runs list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
