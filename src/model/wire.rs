@@ -106,7 +106,18 @@ impl Http {
         let headers = resp.headers().clone();
         // Read the whole body before judging it: a connection cut mid-body is a
         // transport error (transient), a complete body that does not parse is not.
-        let bytes = resp.bytes().await.map_err(|e| self.transport(e))?;
+        let bytes = match super::limits::read_body(resp)
+            .await
+            .map_err(|e| self.transport(e))?
+        {
+            super::limits::Body::Complete(b) => b,
+            super::limits::Body::TooLarge => {
+                return Err(self.bad_response(format!(
+                    "the response body is larger than {} MiB; it was not read",
+                    super::limits::MAX_BODY / (1024 * 1024)
+                )));
+            }
+        };
         if !status.is_success() {
             return Err(self.status_error(status, &headers, &bytes));
         }

@@ -58,6 +58,8 @@ pub struct CallInput<'a> {
     /// The latest decided escalation for this call, if any.
     pub decision: Option<&'a EscalationRow>,
     pub state: &'a LoopState,
+    /// The call's position in its turn (from 0): beyond the cap it is not made.
+    pub index: usize,
     /// Names of the tools offered to the model in this step; only these may run.
     pub offered: &'a [String],
     pub messages: &'a [Message],
@@ -77,6 +79,17 @@ impl Runner {
                 .filter(|d| d.kind == kind)
                 .and_then(|d| d.resolution.as_ref())
         };
+        if c.index >= crate::model::limits::MAX_CALLS_PER_TURN {
+            let max = crate::model::limits::MAX_CALLS_PER_TURN;
+            let err = ToolError::new(
+                ErrorKind::TooManyCalls,
+                format!("more than {max} tool calls in one turn; this one was not made"),
+            );
+            return Ok(CallResult::Done {
+                record: self.record_from(c.call, Err(err), 0),
+                fresh: true,
+            });
+        }
         if !c.offered.contains(&c.call.name) {
             // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
             // step (outside the task's subset, withdrawn, or the run is degraded) is

@@ -215,6 +215,7 @@ impl Runner {
                 entry: journal.get(&call.id),
                 decision: decisions.get(&call.id),
                 state: &next,
+                index: i,
                 offered: &offered,
                 messages: &lp.messages,
                 events: &events,
