@@ -6,20 +6,16 @@ use crate::config::{self, ConfigErrors, ToolsConfig};
 use crate::model::anthropic::Anthropic;
 use crate::model::openai::OpenAi;
 use crate::model::script::ScriptModel;
-use crate::model::{ModelSpec, Provider};
+use crate::model::settings::SettingsInput;
+use crate::model::{ModelSettings, ModelSpec, Provider};
 use crate::prompts::{Prompts, PromptsError};
 use crate::task::{self, Task, TaskError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 pub const DEFAULT_MAX_STEPS: u32 = 30;
 pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
-/// Output-token cap per model response (Anthropic requires one).
-pub const MAX_OUTPUT_TOKENS: u32 = 4096;
-/// Per-request timeout for provider HTTP calls.
-pub const MODEL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Problems with what the user gave us; all exit 2 and write nothing.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +46,10 @@ pub struct Snapshot {
     /// Tools offered to the model; `None` = all in tools.toml.
     pub tool_subset: Option<Vec<String>>,
     pub max_output_tokens: u32,
+    /// How the model is asked (front matter and command line, defaults filled in).
+    /// Absent in snapshots written before it existed: the defaults then.
+    #[serde(default)]
+    pub settings: ModelSettings,
     /// Random per-run salt for `AGENTRUN_CALL_ID` (issue 12): with it the key is unique
     /// across databases even should two run ids collide. Empty for runs started before.
     #[serde(default)]
@@ -72,6 +72,8 @@ pub struct StartOptions {
     pub model: Option<String>,
     pub max_steps: Option<u32>,
     pub max_tokens: Option<u64>,
+    /// Model settings from the command line: over the task's, over the defaults.
+    pub settings: SettingsInput,
 }
 
 pub struct Prepared {
@@ -112,6 +114,9 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         });
     }
     let scripts = read_scripts(&models, &task.path)?;
+    let mut settings = ModelSettings::default();
+    task.settings.apply(&mut settings);
+    opts.settings.apply(&mut settings);
     let snapshot = Snapshot {
         tools_path: tools_path
             .as_deref()
@@ -122,7 +127,8 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         models,
         scripts,
         tool_subset: task.tools.clone(),
-        max_output_tokens: MAX_OUTPUT_TOKENS,
+        max_output_tokens: settings.max_output_tokens,
+        settings,
         call_salt: format!("{:016x}", rand::random::<u64>()),
     };
     let resolved = resolve(snapshot)?;
@@ -159,7 +165,7 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
     let models = snapshot
         .models
         .iter()
-        .map(|spec| build_provider(spec, &snapshot.scripts))
+        .map(|spec| build_provider(spec, &snapshot.scripts, &snapshot.settings))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Resolved {
         snapshot,
@@ -168,15 +174,17 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
     })
 }
 
-fn build_provider(spec: &str, scripts: &BTreeMap<String, String>) -> Result<Provider, SetupError> {
+fn build_provider(
+    spec: &str,
+    scripts: &BTreeMap<String, String>,
+    settings: &ModelSettings,
+) -> Result<Provider, SetupError> {
     let parsed = ModelSpec::parse(spec).map_err(SetupError::Usage)?;
     let usage = |e: crate::model::ModelError| SetupError::Usage(format!("model `{spec}`: {e}"));
     Ok(match parsed {
-        ModelSpec::OpenAi(m) => {
-            Provider::OpenAi(OpenAi::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
-        }
+        ModelSpec::OpenAi(m) => Provider::OpenAi(OpenAi::from_env(&m, settings).map_err(usage)?),
         ModelSpec::Anthropic(m) => {
-            Provider::Anthropic(Anthropic::from_env(&m, MODEL_TIMEOUT).map_err(usage)?)
+            Provider::Anthropic(Anthropic::from_env(&m, settings).map_err(usage)?)
         }
         ModelSpec::Script(path) => {
             let text = scripts.get(spec).ok_or_else(|| {

@@ -1,6 +1,7 @@
 //! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
 
 use crate::model::ModelSpec;
+use crate::model::settings::{SettingsInput, ToolChoice, parse_duration};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,8 @@ pub struct Task {
     pub tools: Option<Vec<String>>,
     /// The Markdown body: what the user asks for.
     pub prompt: String,
+    /// Model settings the front matter gives (output cap, timeouts, …).
+    pub settings: SettingsInput,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,55 @@ struct FrontMatter {
     max_steps: Option<i64>,
     max_tokens: Option<i64>,
     tools: Option<Vec<String>>,
+    // Model settings (README "Models").
+    max_output_tokens: Option<i64>,
+    max_output_tokens_retry: Option<i64>,
+    temperature: Option<f64>,
+    tool_choice: Option<String>,
+    stream: Option<bool>,
+    timeout: Option<String>,
+    idle_timeout: Option<String>,
+    connect_timeout: Option<String>,
+    context_window: Option<i64>,
+}
+
+impl FrontMatter {
+    fn settings(&self) -> Result<SettingsInput, String> {
+        let count = |key: &str, v: Option<i64>| -> Result<Option<u64>, String> {
+            match v {
+                Some(n) if n <= 0 => Err(format!("`{key}` must be positive, got {n}")),
+                other => Ok(other.map(|n| n as u64)),
+            }
+        };
+        let tokens = |key: &str, v: Option<i64>| -> Result<Option<u32>, String> {
+            count(key, v)?
+                .map(|n| u32::try_from(n).map_err(|_| format!("`{key}` is too large")))
+                .transpose()
+        };
+        let duration = |key: &str, v: &Option<String>| {
+            v.as_deref().map(|v| parse_duration(key, v)).transpose()
+        };
+        let input = SettingsInput {
+            max_output_tokens: tokens("max_output_tokens", self.max_output_tokens)?,
+            max_output_tokens_retry: tokens(
+                "max_output_tokens_retry",
+                self.max_output_tokens_retry,
+            )?,
+            temperature: self.temperature,
+            tool_choice: self
+                .tool_choice
+                .as_deref()
+                .map(ToolChoice::parse)
+                .transpose()?,
+            stream: self.stream,
+            timeout: duration("timeout", &self.timeout)?,
+            idle_timeout: duration("idle_timeout", &self.idle_timeout)?,
+            connect_timeout: duration("connect_timeout", &self.connect_timeout)?,
+            context_window: count("context_window", self.context_window)?,
+        };
+        input.validate()?;
+        Ok(input)
+    }
 }
 
 #[derive(Deserialize)]
@@ -57,13 +109,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
     let fm: FrontMatter = match front {
         Some(f) => toml::from_str(f)
             .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?,
-        None => FrontMatter {
-            model: None,
-            max_steps: None,
-            max_tokens: None,
-            tools: None,
-        },
+        None => toml::from_str("").map_err(|e| err(format!("front matter: {e}")))?,
     };
+    let settings = fm
+        .settings()
+        .map_err(|e| err(format!("front matter: {e}")))?;
     let models = match fm.model {
         None => Vec::new(),
         Some(OneOrMany::One(m)) => vec![m],
@@ -88,6 +138,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
         max_tokens: max_tokens.map(|n| n as u64),
         tools: fm.tools,
         prompt,
+        settings,
     })
 }
 

@@ -223,6 +223,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
             max_steps: None,
             max_tokens: None,
             model: None,
+            stream_json: false,
         };
         return super::start::resume(cli, &resume);
     }

@@ -4,6 +4,7 @@
 mod completions;
 mod escalations;
 mod init;
+mod model_args;
 mod output;
 pub mod progress;
 mod runs;

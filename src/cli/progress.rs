@@ -10,6 +10,7 @@
 //! complete statement, so it clears the line. That keeps the last line clean for
 //! whatever the command prints after the run.
 
+use crate::model::{Delta, LiveSink};
 use crate::render::Style;
 use crate::render::summary::final_line;
 use crate::render::transcript::describe_event;
@@ -35,6 +36,19 @@ pub enum Mode {
 pub struct Progress {
     out: Out,
     started: Instant,
+    /// `--stream-json`: each streamed delta as one JSON line on stdout.
+    stream_json: bool,
+    /// What the run is waiting for (the model being asked, and where), and how much of
+    /// its answer has arrived: for the heartbeat line off a terminal.
+    asking: Mutex<Asking>,
+}
+
+#[derive(Default)]
+struct Asking {
+    what: String,
+    received: usize,
+    /// The streamed text's unfinished last line (terminal view).
+    line: String,
 }
 
 enum Out {
@@ -54,6 +68,31 @@ impl Progress {
         Progress {
             out,
             started: Instant::now(),
+            stream_json: false,
+            asking: Mutex::default(),
+        }
+    }
+
+    /// Also print each streamed delta as a JSON line on stdout (`--stream-json`).
+    pub fn with_stream_json(mut self, on: bool) -> Progress {
+        self.stream_json = on;
+        self
+    }
+
+    /// Off a terminal, one line saying what the run waits for (called every
+    /// heartbeat while a model call is in flight).
+    fn say_waiting(&self, elapsed: Duration) {
+        if let Out::Plain = &self.out {
+            let a = lock(&self.asking);
+            let got = match a.received {
+                0 => "nothing received yet".to_string(),
+                n => format!("{n} characters received"),
+            };
+            print_line(&format!(
+                "agentrun:   still waiting for {} ({}s, {got})",
+                a.what,
+                elapsed.as_secs()
+            ));
         }
     }
 
@@ -85,8 +124,22 @@ impl Progress {
 }
 
 impl Observer for Progress {
+    fn model_delta(&self, model: &str, delta: &Delta) {
+        LiveSink::delta(self, model, delta);
+    }
+
+    fn waiting(&self, elapsed: Duration) {
+        self.say_waiting(elapsed);
+    }
+
     /// The loop is about to ask the model for step `s.step`.
     fn step_started(&self, s: &StepStart<'_>) {
+        {
+            let mut a = lock(&self.asking);
+            a.what = s.model.to_string();
+            a.received = 0;
+            a.line.clear();
+        }
         match &self.out {
             Out::Quiet => {}
             Out::Plain => print_line(&format!(
@@ -131,6 +184,26 @@ impl Observer for Progress {
 
     /// A trace event as it happens (attempts, backoff waits, fallback hops, notes).
     fn event(&self, e: &TraceEvent) {
+        match e {
+            TraceEvent::ModelFallback { to, .. } => {
+                let mut a = lock(&self.asking);
+                a.what = to.clone();
+                a.received = 0;
+                a.line.clear();
+            }
+            // A retried stream starts over: what was shown of it is void.
+            TraceEvent::ModelRetry { .. } => {
+                let mut a = lock(&self.asking);
+                a.received = 0;
+                a.line.clear();
+            }
+            _ => {}
+        }
+        if self.stream_json
+            && let TraceEvent::ModelRetry { model, .. } = e
+        {
+            json_line(&serde_json::json!({"type": "restart", "model": model}));
+        }
         match &self.out {
             Out::Quiet => {}
             Out::Plain if worth_a_line(e) => {
@@ -186,6 +259,64 @@ fn notice_line(n: &Notice) -> String {
         }
         Notice::Failed { reason } => format!("agentrun: {reason}"),
     }
+}
+
+impl LiveSink for Progress {
+    fn delta(&self, model: &str, delta: &Delta) {
+        if self.stream_json {
+            json_line(&match delta {
+                Delta::Text(text) => {
+                    serde_json::json!({"type": "text", "model": model, "text": text})
+                }
+                Delta::ToolCall { name } => {
+                    serde_json::json!({"type": "tool_call", "model": model, "name": name})
+                }
+            });
+        }
+        let mut a = lock(&self.asking);
+        let Out::Live(live) = &self.out else {
+            if let Delta::Text(t) = delta {
+                a.received += t.chars().count();
+            }
+            return;
+        };
+        // On a terminal: each finished line of the answer above the status line, the
+        // line being written in the status line itself.
+        match delta {
+            Delta::Text(t) => {
+                a.received += t.chars().count();
+                a.line.push_str(t);
+                while let Some(at) = a.line.find('\n') {
+                    let done: String = a.line.drain(..=at).collect();
+                    live.println(&format!("  {}", printable(done.trim_end())));
+                }
+                let tail: String = {
+                    let chars: Vec<char> = a.line.chars().collect();
+                    chars[chars.len().saturating_sub(60)..].iter().collect()
+                };
+                let tail = printable(&tail);
+                live.update(|st| st.doing = format!("{model} writing: {tail}"));
+            }
+            Delta::ToolCall { name } => {
+                live.update(|st| st.doing = format!("{model} calls {name}"));
+            }
+        }
+    }
+}
+
+/// A model's text without control characters (an escape sequence in an answer must
+/// not reach the terminal).
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn json_line(v: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    // A closed stdout must not kill the run.
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
 }
 
 /// Attempts that succeed are not news; waits, hops and notes are.

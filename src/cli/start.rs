@@ -1,5 +1,6 @@
 //! `agentrun start` and `agentrun resume`: create or reopen a run, drive it, report.
 
+use super::model_args::ModelArgs;
 use super::{BadInput, Cli, Exit, open_store, output, settings};
 use crate::cli::progress::{Mode, Progress};
 use crate::clock::SystemClock;
@@ -47,6 +48,13 @@ pub struct StartArgs {
     /// Token budget, input + output [default: front matter, else 200000]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Print the model's streamed answer as JSON lines on stdout as it arrives
+    /// ({"type":"text",…}, {"type":"tool_call",…}, {"type":"restart",…}), before the
+    /// final answer (or --json object).
+    #[arg(long)]
+    pub stream_json: bool,
+    #[command(flatten)]
+    pub model_settings: ModelArgs,
 }
 
 /// Continue a run from its last committed step.
@@ -68,6 +76,9 @@ pub struct ResumeArgs {
     /// New token budget for the whole run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Print the model's streamed answer as JSON lines on stdout as it arrives.
+    #[arg(long)]
+    pub stream_json: bool,
     /// Continue with this model instead (e.g. after a bad key): openai:MODEL,
     /// anthropic:MODEL or script:PATH. It replaces the run's model list from now on.
     #[arg(long, value_name = "SPEC")]
@@ -119,6 +130,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         model,
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
+        settings: args.model_settings.input().map_err(BadInput)?,
     })?;
     let max_steps = args.max_steps.unwrap_or(prepared.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(prepared.max_tokens);
@@ -145,7 +157,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         messages: &messages,
         state: &state,
     })?;
-    let progress = progress_for(cli);
+    let progress = progress_for(cli, args.stream_json);
     progress.say(format!(
         "agentrun: run {id} started ({})",
         task_path.display()
@@ -205,7 +217,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         store.set_budgets(&lease, max_steps, max_tokens)?;
     }
     store.set_status(&lease, RunStatus::Running, None)?;
-    let progress = progress_for(cli);
+    let progress = progress_for(cli, args.stream_json);
     progress.say(format!(
         "agentrun: resuming run {id} after step {}",
         row.steps
@@ -245,12 +257,15 @@ fn switch_model(snapshot: &mut Snapshot, spec: &str, task_path: &str) -> anyhow:
     Ok(())
 }
 
-fn progress_for(cli: &Cli) -> Arc<Progress> {
-    Arc::new(Progress::new(if cli.quiet || cli.json {
-        Mode::Quiet
-    } else {
-        Mode::Lines
-    }))
+fn progress_for(cli: &Cli, stream_json: bool) -> Arc<Progress> {
+    Arc::new(
+        Progress::new(if cli.quiet || cli.json {
+            Mode::Quiet
+        } else {
+            Mode::Lines
+        })
+        .with_stream_json(stream_json),
+    )
 }
 
 /// The tools.toml a run uses: `--tools`, `AGENTRUN_TOOLS` or the config file's `tools`,

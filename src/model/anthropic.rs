@@ -1,16 +1,19 @@
-//! Anthropic Messages API (`POST {base}/v1/messages`). Non-streaming.
+//! Anthropic Messages API (`POST {base}/v1/messages`). Streaming (SSE) by default,
+//! one JSON answer with `stream = false`.
 //!
 //! The neutral transcript differs from Anthropic's in two ways this module bridges:
 //! tool results are `tool_result` blocks inside a *user* message (so consecutive tool
 //! messages become one user message), and there is no system role inside `messages`.
 
-use super::wire::{self, ApiKey, Http};
+use super::settings::{Delta, ModelSettings, ToolChoice};
+use super::sse::SseEvent;
+use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
 use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 const PROVIDER: &str = "anthropic";
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
@@ -23,14 +26,19 @@ pub struct AnthropicConfig {
     /// Without `/v1`, as the Anthropic SDKs take it: `https://api.anthropic.com`.
     pub base_url: String,
     pub api_key: ApiKey,
-    /// Per request (one attempt), connection to last byte.
-    pub timeout: Duration,
+    pub timeouts: Timeouts,
+    pub stream: bool,
+    pub temperature: Option<f64>,
+    pub tool_choice: Option<ToolChoice>,
 }
 
 pub struct Anthropic {
     model: String,
     url: Url,
     http: Http,
+    stream: bool,
+    temperature: Option<f64>,
+    tool_choice: Option<ToolChoice>,
 }
 
 impl std::fmt::Debug for Anthropic {
@@ -46,8 +54,8 @@ impl std::fmt::Debug for Anthropic {
 impl Anthropic {
     /// Reads `ANTHROPIC_API_KEY` (required) and `ANTHROPIC_BASE_URL` (default
     /// `https://api.anthropic.com`) from the environment.
-    pub fn from_env(model: &str, timeout: Duration) -> Result<Anthropic, ModelError> {
-        Anthropic::new(config_from(model, timeout, |var| std::env::var(var).ok())?)
+    pub fn from_env(model: &str, settings: &ModelSettings) -> Result<Anthropic, ModelError> {
+        Anthropic::new(config_from(model, settings, |var| std::env::var(var).ok())?)
     }
 
     pub fn new(config: AnthropicConfig) -> Result<Anthropic, ModelError> {
@@ -63,8 +71,16 @@ impl Anthropic {
         Ok(Anthropic {
             model: config.model,
             url,
-            http: Http::new(PROVIDER, config.timeout, headers, Some(config.api_key))?,
+            http: Http::new(PROVIDER, config.timeouts, headers, Some(config.api_key))?,
+            stream: config.stream,
+            temperature: config.temperature,
+            tool_choice: config.tool_choice,
         })
+    }
+
+    /// The endpoint, for messages that say where agentrun is waiting.
+    pub fn url(&self) -> &Url {
+        &self.url
     }
 
     pub fn name(&self) -> String {
@@ -73,8 +89,21 @@ impl Anthropic {
 
     /// One attempt.
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&self.model, req);
-        let resp: MessagesResponse = self.http.post(&self.url, &body).await?;
+        let mut body = request_body(&self.model, req);
+        if let Some(t) = self.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(choice) = &self.tool_choice
+            && !req.tools.is_empty()
+        {
+            body["tool_choice"] = tool_choice(choice);
+        }
+        let resp = if self.stream {
+            body["stream"] = json!(true);
+            self.stream(req, &body).await?
+        } else {
+            self.http.post(&self.url, &body).await?
+        };
         Ok(ModelResponse {
             stop: stop_reason(resp.stop_reason.as_deref()),
             usage: resp.usage.map(WireUsage::neutral).unwrap_or_default(),
@@ -82,12 +111,224 @@ impl Anthropic {
             model: self.name(),
         })
     }
+
+    async fn stream(
+        &self,
+        req: &ModelRequest<'_>,
+        body: &Value,
+    ) -> Result<MessagesResponse, ModelError> {
+        let name = self.name();
+        let mut acc = StreamAcc::default();
+        let streamed = self
+            .http
+            .post_stream(&self.url, body, |ev| {
+                acc.event(ev, &|d| {
+                    if let Some(live) = req.live {
+                        live.delta(&name, &d);
+                    }
+                })
+                .map_err(|e| match e {
+                    AccError::Bad(m) => self.http.bad_response(m),
+                    AccError::Api(e) => e,
+                })
+            })
+            .await?;
+        match streamed {
+            Streamed::Json(bytes) => self.http.decode(&bytes),
+            Streamed::Done => acc.into_response().map_err(|m| self.http.bad_response(m)),
+            // No `message_stop`: cut, and a cut turn is never a finished one.
+            Streamed::Ended => Err(self.http.cut_short(&self.url)),
+        }
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+    }
+}
+
+// ---- streaming -------------------------------------------------------------------
+
+enum AccError {
+    Bad(String),
+    Api(ModelError),
+}
+
+/// A message being assembled from `message_start`, `content_block_*`,
+/// `message_delta` and `message_stop` events.
+#[derive(Default)]
+struct StreamAcc {
+    blocks: BTreeMap<u64, PartialBlock>,
+    stop_reason: Option<String>,
+    usage: Option<Value>,
+}
+
+enum PartialBlock {
+    Text(String),
+    ToolUse {
+        id: String,
+        name: String,
+        /// `input_json_delta` pieces; the start's `input` when none came.
+        json: String,
+        start_input: Value,
+    },
+    Other,
+}
+
+impl StreamAcc {
+    fn event(&mut self, ev: SseEvent, live: &dyn Fn(Delta)) -> Result<Flow, AccError> {
+        let data = ev.data.trim();
+        if data.is_empty() {
+            return Ok(Flow::More);
+        }
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| AccError::Bad(format!("stream event is not JSON ({e}): {data:.200}")))?;
+        let kind = v["type"]
+            .as_str()
+            .or(ev.event.as_deref())
+            .unwrap_or_default()
+            .to_string();
+        match kind.as_str() {
+            "message_start" => self.merge_usage(&v["message"]["usage"]),
+            "content_block_start" => {
+                let index = v["index"].as_u64().unwrap_or(self.blocks.len() as u64);
+                let b = &v["content_block"];
+                let block = match b["type"].as_str() {
+                    Some("text") => {
+                        let text = b["text"].as_str().unwrap_or_default().to_string();
+                        if !text.is_empty() {
+                            live(Delta::Text(text.clone()));
+                        }
+                        PartialBlock::Text(text)
+                    }
+                    Some("tool_use") => {
+                        let name = b["name"].as_str().unwrap_or_default().to_string();
+                        live(Delta::ToolCall { name: name.clone() });
+                        PartialBlock::ToolUse {
+                            id: b["id"].as_str().unwrap_or_default().to_string(),
+                            name,
+                            json: String::new(),
+                            start_input: b["input"].clone(),
+                        }
+                    }
+                    _ => PartialBlock::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let index = v["index"].as_u64().unwrap_or_default();
+                let d = &v["delta"];
+                match (self.blocks.get_mut(&index), d["type"].as_str()) {
+                    (Some(PartialBlock::Text(text)), Some("text_delta")) => {
+                        let piece = d["text"].as_str().unwrap_or_default();
+                        text.push_str(piece);
+                        live(Delta::Text(piece.to_string()));
+                    }
+                    (Some(PartialBlock::ToolUse { json, .. }), Some("input_json_delta")) => {
+                        json.push_str(d["partial_json"].as_str().unwrap_or_default());
+                    }
+                    (None, _) => {
+                        return Err(AccError::Bad(format!(
+                            "content_block_delta for block {index}, which never started"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(r.to_string());
+                }
+                self.merge_usage(&v["usage"]);
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(AccError::Api(stream_error(&v["error"]))),
+            // ping, content_block_stop, and event types added later.
+            _ => {}
+        }
+        Ok(Flow::More)
+    }
+
+    /// `message_delta` usage is cumulative: a field it carries replaces the start's.
+    fn merge_usage(&mut self, u: &Value) {
+        let Some(fields) = u.as_object() else { return };
+        let usage = self.usage.get_or_insert_with(|| json!({}));
+        for (k, val) in fields {
+            if !val.is_null() {
+                usage[k] = val.clone();
+            }
+        }
+    }
+
+    fn into_response(self) -> Result<MessagesResponse, String> {
+        let mut content = Vec::new();
+        for (_, b) in self.blocks {
+            content.push(match b {
+                PartialBlock::Text(text) => Block::Text { text },
+                PartialBlock::ToolUse {
+                    id,
+                    name,
+                    json,
+                    start_input,
+                } => {
+                    let input = if json.trim().is_empty() {
+                        start_input
+                    } else {
+                        // Unparsable input is kept as a string: the call then fails
+                        // schema validation as `malformed`, which the model can fix.
+                        serde_json::from_str(&json).unwrap_or(Value::String(json))
+                    };
+                    Block::ToolUse { id, name, input }
+                }
+                PartialBlock::Other => Block::Other,
+            });
+        }
+        let usage = match self.usage {
+            Some(u) => serde_json::from_value(u).map_err(|e| format!("usage: {e}"))?,
+            None => None,
+        };
+        Ok(MessagesResponse {
+            content,
+            stop_reason: self.stop_reason,
+            usage,
+        })
+    }
+}
+
+/// An `error` event mid-stream, classified like the status the same error type gets
+/// as an HTTP answer (overloaded 529, rate limit 429, api_error 500, …).
+fn stream_error(err: &Value) -> ModelError {
+    let kind = err["type"].as_str().unwrap_or("api_error");
+    let status = match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    };
+    ModelError::Status {
+        provider: PROVIDER,
+        status,
+        message: format!(
+            "error in the stream: {} ({kind})",
+            err["message"].as_str().unwrap_or("no message")
+        ),
+        retry_after: None,
+        should_retry: None,
+    }
 }
 
 /// `from_env` minus the environment, so tests need not mutate process state.
 fn config_from(
     model: &str,
-    timeout: Duration,
+    settings: &ModelSettings,
     var: impl Fn(&str) -> Option<String>,
 ) -> Result<AnthropicConfig, ModelError> {
     let api_key = var("ANTHROPIC_API_KEY").and_then(ApiKey::new).ok_or_else(|| {
@@ -102,7 +343,10 @@ fn config_from(
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_string()),
         api_key,
-        timeout,
+        timeouts: settings.timeouts(),
+        stream: settings.stream,
+        temperature: settings.temperature,
+        tool_choice: settings.tool_choice.clone(),
     })
 }
 
@@ -306,6 +550,7 @@ mod tests {
             messages,
             tools,
             max_output_tokens: 512,
+            live: None,
         }
     }
 
@@ -426,12 +671,12 @@ mod tests {
 
     #[test]
     fn a_missing_key_names_the_variable() {
-        let err = config_from("claude", Duration::from_secs(1), |_| None).unwrap_err();
+        let err = config_from("claude", &ModelSettings::default(), |_| None).unwrap_err();
         assert!(
             matches!(&err, ModelError::Config(m) if m.contains("ANTHROPIC_API_KEY")),
             "{err}"
         );
-        let ok = config_from("claude", Duration::from_secs(1), |v| {
+        let ok = config_from("claude", &ModelSettings::default(), |v| {
             (v == "ANTHROPIC_API_KEY").then(|| "sk-ant-secret".to_string())
         })
         .unwrap();

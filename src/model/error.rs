@@ -15,15 +15,42 @@ pub enum ModelError {
         /// Anthropic's `x-should-retry` header, when present, overrides the status.
         should_retry: Option<bool>,
     },
-    #[error("{provider} did not answer within {timeout:?}")]
+    /// No answer in time: `idle` when a stream (or its headers) went silent for
+    /// `timeout`, else the attempt's overall cap (or the connect limit).
+    #[error("{provider} at {host} {}", timeout_text(*.idle, *.timeout))]
     Timeout {
         provider: &'static str,
+        /// `host:port` it was waiting for.
+        host: String,
         timeout: Duration,
+        idle: bool,
     },
-    #[error("{provider}: connection failed: {message}")]
+    #[error("{provider} at {host}: connection failed: {message}")]
     Connection {
         provider: &'static str,
+        /// `host:port` it tried to reach (issue 13: say where).
+        host: String,
         message: String,
+    },
+    /// The server asked to wait longer than `max_retry_after` allows: not retried.
+    #[error(
+        "{provider} is rate limited: the server asks to wait {}s, more than max_retry_after ({}s): {message}",
+        retry_after.as_secs_f64().ceil(), max.as_secs_f64().ceil()
+    )]
+    RateLimited {
+        provider: &'static str,
+        status: u16,
+        message: String,
+        retry_after: Duration,
+        max: Duration,
+    },
+    /// The model skipped by the circuit breaker: it failed its retries recently.
+    #[error("{model} is skipped until {until_ms} (circuit open after: {last_error})")]
+    CircuitOpen {
+        model: String,
+        /// Clock milliseconds when a probe is allowed again.
+        until_ms: u64,
+        last_error: String,
     },
     /// A 2xx body that is not the JSON we expect (truncated, wrong shape, error in stream).
     #[error("{provider} sent a response agentrun cannot read: {message}")]
@@ -53,6 +80,7 @@ impl ModelError {
                 ..
             } => should_retry.unwrap_or_else(|| is_transient_status(*status)),
             ModelError::Timeout { .. } | ModelError::Connection { .. } => true,
+            ModelError::RateLimited { .. } | ModelError::CircuitOpen { .. } => false,
             ModelError::BadResponse { .. }
             | ModelError::Config(_)
             | ModelError::ScriptExhausted { .. } => false,
@@ -64,6 +92,17 @@ impl ModelError {
             ModelError::Status { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+fn timeout_text(idle: bool, timeout: Duration) -> String {
+    let t = humantime::format_duration(Duration::from_millis(
+        u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+    ));
+    if idle {
+        format!("sent nothing for {t} (idle_timeout)")
+    } else {
+        format!("did not finish within {t} (timeout)")
     }
 }
 

@@ -2,7 +2,7 @@
 //! item 7): nothing a model answers may exhaust the machine or be stored in a form that
 //! cannot be read back.
 //!
-//! - a response body is read up to [`MAX_BODY`] and refused beyond it ([`read_body`]);
+//! - a response body is read up to 16 MiB and refused beyond it (`wire`, issue 15);
 //! - a turn's tool calls with duplicate ids, or arguments nested deeper than
 //!   [`MAX_DEPTH`], refuse the response ([`check_response`], called by
 //!   [`super::Provider::complete`] for every provider, the script model included);
@@ -19,7 +19,6 @@ use super::ModelResponse;
 use serde_json::Value;
 use std::collections::HashSet;
 
-pub const MAX_BODY: usize = 16 * 1024 * 1024;
 pub const MAX_CALLS_PER_TURN: usize = 64;
 pub const MAX_DEPTH: usize = 64;
 
@@ -65,28 +64,6 @@ pub fn check_response(resp: &ModelResponse) -> Result<(), String> {
     Ok(())
 }
 
-/// A body read up to a cap.
-pub enum Body {
-    Complete(Vec<u8>),
-    /// Over [`MAX_BODY`]: reading stopped there.
-    TooLarge,
-}
-
-/// Reads a response body, stopping at [`MAX_BODY`] bytes.
-pub async fn read_body(mut resp: reqwest::Response) -> Result<Body, reqwest::Error> {
-    if resp.content_length().is_some_and(|n| n > MAX_BODY as u64) {
-        return Ok(Body::TooLarge);
-    }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = resp.chunk().await? {
-        if bytes.len() + chunk.len() > MAX_BODY {
-            return Ok(Body::TooLarge);
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(Body::Complete(bytes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,7 +96,7 @@ mod tests {
     #[test]
     fn depth_counts_containers() {
         assert_eq!(depth(&json!(1)), 0);
-        assert_eq!(depth(&json!({"a": [1, {"b": []}]})), 3);
+        assert_eq!(depth(&json!({"a": [1, {"b": []}]})), 4);
         assert_eq!(depth(&nested(200)), 200);
     }
 

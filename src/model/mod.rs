@@ -7,12 +7,15 @@ pub mod limits;
 pub mod openai;
 pub mod retry;
 pub mod script;
+pub mod settings;
+mod sse;
 pub mod types;
 mod wire;
 
 pub use error::ModelError;
+pub use settings::{Delta, LiveSink, ModelSettings, ToolChoice};
 pub use types::*;
-pub use wire::ApiKey;
+pub use wire::{ApiKey, Timeouts};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -71,6 +74,16 @@ impl Provider {
             Provider::Script(m) => m.name(),
             Provider::OpenAi(m) => m.name(),
             Provider::Anthropic(m) => m.name(),
+        }
+    }
+
+    /// The spec and where it is served, for messages about waiting on it:
+    /// `openai:gpt-4o-mini at api.openai.com`.
+    pub fn describe(&self) -> String {
+        match self {
+            Provider::Script(m) => m.name(),
+            Provider::OpenAi(m) => format!("{} at {}", m.name(), wire::host_of(m.url())),
+            Provider::Anthropic(m) => format!("{} at {}", m.name(), wire::host_of(m.url())),
         }
     }
 

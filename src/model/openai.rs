@@ -1,17 +1,21 @@
 //! OpenAI Chat Completions (and compatible servers: vLLM, Ollama, llama.cpp, LiteLLM,
-//! OpenRouter, the Hugging Face router). Non-streaming: one POST, one JSON answer.
+//! OpenRouter, the Hugging Face router). Streaming (SSE, `stream: true`) by default;
+//! one POST and one JSON answer when `stream = false` — or when a server ignores the
+//! flag and answers with JSON anyway.
 //!
 //! The wire format is built with `json!` and read with lenient serde structs: compatible
 //! servers add, drop and null fields freely (the HF router sends `tool_calls: []`,
 //! OpenRouter adds `metadata`), so only what agentrun needs is required.
 
-use super::wire::{self, ApiKey, Http};
+use super::settings::{Delta, ModelSettings, ToolChoice};
+use super::sse::SseEvent;
+use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
 use reqwest::Url;
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 const PROVIDER: &str = "openai";
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -25,8 +29,10 @@ pub struct OpenAiConfig {
     pub base_url: String,
     /// `None` for local servers that need none: then no `Authorization` header is sent.
     pub api_key: Option<ApiKey>,
-    /// Per request (one attempt), connection to last byte.
-    pub timeout: Duration,
+    pub timeouts: Timeouts,
+    pub stream: bool,
+    pub temperature: Option<f64>,
+    pub tool_choice: Option<ToolChoice>,
 }
 
 /// Which field carries the output-token cap.
@@ -62,6 +68,9 @@ pub struct OpenAi {
     url: Url,
     token_field: TokenField,
     http: Http,
+    stream: bool,
+    temperature: Option<f64>,
+    tool_choice: Option<ToolChoice>,
 }
 
 impl std::fmt::Debug for OpenAi {
@@ -77,12 +86,20 @@ impl std::fmt::Debug for OpenAi {
 impl OpenAi {
     /// Reads `OPENAI_API_KEY` (optional) and `OPENAI_BASE_URL` (default
     /// `https://api.openai.com/v1`) from the environment.
-    pub fn from_env(model: &str, timeout: Duration) -> Result<OpenAi, ModelError> {
-        OpenAi::new(config_from(model, timeout, |var| std::env::var(var).ok()))
+    pub fn from_env(model: &str, settings: &ModelSettings) -> Result<OpenAi, ModelError> {
+        OpenAi::new(config_from(model, settings, |var| std::env::var(var).ok()))
     }
 
     pub fn new(config: OpenAiConfig) -> Result<OpenAi, ModelError> {
         let url = wire::endpoint(&config.base_url, "chat/completions", "OPENAI_BASE_URL")?;
+        if config.api_key.is_none() && needs_key(&url) {
+            return Err(ModelError::Config(format!(
+                "OPENAI_API_KEY is not set: model `openai:{}` at {} needs an API key in the \
+                 environment (a local server needs none: set OPENAI_BASE_URL to it)",
+                config.model,
+                wire::host_of(&url)
+            )));
+        }
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {
             let (name, value) = wire::secret_header(
@@ -96,8 +113,16 @@ impl OpenAi {
             model: config.model,
             token_field: TokenField::for_url(&url),
             url,
-            http: Http::new(PROVIDER, config.timeout, headers, config.api_key)?,
+            http: Http::new(PROVIDER, config.timeouts, headers, config.api_key)?,
+            stream: config.stream,
+            temperature: config.temperature,
+            tool_choice: config.tool_choice,
         })
+    }
+
+    /// The endpoint, for messages that say where agentrun is waiting.
+    pub fn url(&self) -> &Url {
+        &self.url
     }
 
     pub fn name(&self) -> String {
@@ -106,9 +131,23 @@ impl OpenAi {
 
     /// One attempt.
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = request_body(&self.model, self.token_field, req);
-        let resp: ChatResponse = self.http.post(&self.url, &body).await?;
-        let (message, stop, usage) = resp.into_parts().map_err(|m| self.http.bad_response(m))?;
+        let mut body = request_body(&self.model, self.token_field, req);
+        if let Some(t) = self.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(choice) = &self.tool_choice
+            && !req.tools.is_empty()
+        {
+            body["tool_choice"] = tool_choice(choice);
+        }
+        let (message, stop, usage) = if self.stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+            self.stream(req, &body).await?
+        } else {
+            let resp: ChatResponse = self.http.post(&self.url, &body).await?;
+            resp.into_parts().map_err(|m| self.http.bad_response(m))?
+        };
         Ok(ModelResponse {
             message,
             usage,
@@ -116,12 +155,200 @@ impl OpenAi {
             model: self.name(),
         })
     }
+
+    async fn stream(
+        &self,
+        req: &ModelRequest<'_>,
+        body: &Value,
+    ) -> Result<(Message, StopReason, Usage), ModelError> {
+        let name = self.name();
+        let mut acc = StreamAcc::default();
+        let streamed = self
+            .http
+            .post_stream(&self.url, body, |ev| {
+                acc.event(ev, &|d| {
+                    if let Some(live) = req.live {
+                        live.delta(&name, &d);
+                    }
+                })
+                .map_err(|e| match e {
+                    AccError::Bad(m) => self.http.bad_response(m),
+                    AccError::Api(e) => e,
+                })
+            })
+            .await?;
+        match streamed {
+            Streamed::Json(bytes) => {
+                let resp: ChatResponse = self.http.decode(&bytes)?;
+                resp.into_parts().map_err(|m| self.http.bad_response(m))
+            }
+            // Without `[DONE]` a stream that gave its finish reason is still whole
+            // (some compatible servers close right after it); without either it was
+            // cut, and a cut turn is never returned as a finished one.
+            Streamed::Ended if acc.finish.is_none() => Err(self.http.cut_short(&self.url)),
+            Streamed::Done | Streamed::Ended => Ok(acc.into_parts()),
+        }
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+// ---- streaming -------------------------------------------------------------------
+
+enum AccError {
+    /// Not readable: a permanent bad response.
+    Bad(String),
+    /// The server reported an error inside the stream.
+    Api(ModelError),
+}
+
+/// A chat completion being assembled from `chat.completion.chunk` deltas.
+#[derive(Default)]
+struct StreamAcc {
+    text: String,
+    /// By the delta's `index`: the id and name come in the first delta of a call, the
+    /// arguments as string pieces in the following ones.
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<String>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    args: String,
+}
+
+impl StreamAcc {
+    fn event(&mut self, ev: SseEvent, live: &dyn Fn(Delta)) -> Result<Flow, AccError> {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        if data.is_empty() {
+            return Ok(Flow::More);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| AccError::Bad(format!("stream event is not JSON ({e}): {data:.200}")))?;
+        if let Some(err) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(AccError::Api(stream_error(err)));
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            self.usage = serde_json::from_value(u.clone()).ok();
+        }
+        let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
+            return Ok(Flow::More);
+        };
+        let delta = &choice["delta"];
+        if let Some(text) = delta["content"].as_str()
+            && !text.is_empty()
+        {
+            self.text.push_str(text);
+            live(Delta::Text(text.to_string()));
+        }
+        for call in delta["tool_calls"].as_array().into_iter().flatten() {
+            let index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
+            let entry = self.calls.entry(index).or_default();
+            if let Some(id) = call["id"].as_str().filter(|s| !s.is_empty()) {
+                entry.id = Some(id.to_string());
+            }
+            if let Some(name) = call["function"]["name"].as_str().filter(|s| !s.is_empty()) {
+                if entry.name.is_empty() {
+                    live(Delta::ToolCall {
+                        name: name.to_string(),
+                    });
+                }
+                entry.name.push_str(name);
+            }
+            match &call["function"]["arguments"] {
+                Value::String(piece) => entry.args.push_str(piece),
+                Value::Null => {}
+                // A server that sends the arguments as an object at once.
+                other => entry.args.push_str(&other.to_string()),
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish = Some(reason.to_string());
+        }
+        Ok(Flow::More)
+    }
+
+    fn into_parts(self) -> (Message, StopReason, Usage) {
+        let mut content = Vec::new();
+        if !self.text.is_empty() {
+            content.push(Part::Text { text: self.text });
+        }
+        for (i, (_, call)) in self.calls.into_iter().enumerate() {
+            content.push(Part::ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{i}")),
+                name: call.name,
+                args: arguments(Value::String(call.args)),
+            });
+        }
+        let stop = finish_reason(self.finish.as_deref());
+        let usage = self.usage.map(WireUsage::neutral).unwrap_or_default();
+        (
+            Message {
+                role: Role::Assistant,
+                content,
+            },
+            stop,
+            usage,
+        )
+    }
+}
+
+/// An `error` object inside a stream (OpenRouter: `{"code": 400, "message": …}` with
+/// an HTTP-like code): classified like the same status would be.
+fn stream_error(err: &Value) -> ModelError {
+    let message = err["message"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| err.to_string());
+    let status = err["code"]
+        .as_u64()
+        .or_else(|| err["code"].as_str().and_then(|c| c.parse().ok()))
+        .filter(|c| (400..600).contains(c))
+        .unwrap_or(500);
+    ModelError::Status {
+        provider: PROVIDER,
+        status: status as u16,
+        message: format!("error in the stream: {message}"),
+        retry_after: None,
+        should_retry: None,
+    }
+}
+
+/// Public endpoints that always want a key: without one the run would only fail
+/// later with a 401 (or, offline, a DNS error), after it was recorded (issue 13).
+/// Local and self-hosted servers may need none, so any other host is asked as it is.
+fn needs_key(url: &Url) -> bool {
+    const PUBLIC: &[&str] = &[
+        "api.openai.com",
+        "openrouter.ai",
+        "api.groq.com",
+        "api.together.xyz",
+        "api.mistral.ai",
+        "api.deepseek.com",
+        "api.fireworks.ai",
+        "router.huggingface.co",
+        "generativelanguage.googleapis.com",
+    ];
+    url.host_str().is_some_and(|h| PUBLIC.contains(&h))
 }
 
 /// `from_env` minus the environment, so tests need not mutate process state.
 fn config_from(
     model: &str,
-    timeout: Duration,
+    settings: &ModelSettings,
     var: impl Fn(&str) -> Option<String>,
 ) -> OpenAiConfig {
     OpenAiConfig {
@@ -130,7 +357,10 @@ fn config_from(
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_string()),
         api_key: var("OPENAI_API_KEY").and_then(ApiKey::new),
-        timeout,
+        timeouts: settings.timeouts(),
+        stream: settings.stream,
+        temperature: settings.temperature,
+        tool_choice: settings.tool_choice.clone(),
     }
 }
 
@@ -390,6 +620,7 @@ mod tests {
             messages,
             tools,
             max_output_tokens: 256,
+            live: None,
         }
     }
 
@@ -518,10 +749,10 @@ mod tests {
 
     #[test]
     fn the_environment_is_read_and_the_key_is_optional() {
-        let none = config_from("m", Duration::from_secs(1), |_| None);
+        let none = config_from("m", &ModelSettings::default(), |_| None);
         assert_eq!(none.base_url, DEFAULT_BASE_URL);
         assert_eq!(none.api_key, None);
-        let set = config_from("m", Duration::from_secs(1), |v| match v {
+        let set = config_from("m", &ModelSettings::default(), |v| match v {
             "OPENAI_BASE_URL" => Some("http://127.0.0.1:11434/v1/".into()),
             "OPENAI_API_KEY" => Some("sk-x".into()),
             _ => None,

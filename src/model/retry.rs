@@ -134,6 +134,7 @@ mod tests {
             messages,
             tools: &[],
             max_output_tokens: 64,
+            live: None,
         }
     }
 

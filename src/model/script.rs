@@ -194,6 +194,7 @@ mod tests {
             messages,
             tools: &[],
             max_output_tokens: 1024,
+            live: None,
         }
     }
 

@@ -163,11 +163,25 @@ pub struct ToolSpec {
 }
 
 /// Everything a provider needs for one call.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ModelRequest<'a> {
     pub system: &'a str,
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
     /// Output-token cap per response (Anthropic requires one).
     pub max_output_tokens: u32,
+    /// Who sees a streamed answer as it arrives; `None`: nobody.
+    pub live: Option<&'a dyn super::settings::LiveSink>,
+}
+
+impl std::fmt::Debug for ModelRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRequest")
+            .field("system", &self.system)
+            .field("messages", &self.messages)
+            .field("tools", &self.tools)
+            .field("max_output_tokens", &self.max_output_tokens)
+            .field("live", &self.live.is_some())
+            .finish()
+    }
 }

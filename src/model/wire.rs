@@ -3,6 +3,7 @@
 //! wrong on the wire onto [`ModelError`], so retry code branches on variants only.
 
 use super::ModelError;
+use super::sse::{SseEvent, SseParser};
 use crate::backoff;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{StatusCode, Url};
@@ -56,11 +57,57 @@ pub(crate) fn endpoint(base: &str, path: &str, var: &str) -> Result<Url, ModelEr
     Url::parse(&joined).map_err(|e| ModelError::Config(format!("{var} `{base}` is not a URL: {e}")))
 }
 
-/// A reqwest client for one provider, with its fixed headers and timeout.
+/// How long one attempt may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To open the connection.
+    pub connect: Duration,
+    /// Streaming: the longest silence allowed before the first byte and between chunks.
+    /// A server that is generating sends a chunk per token, so silence means stalled.
+    pub idle: Duration,
+    /// The whole attempt, first byte to last; without streaming the only limit on a
+    /// long generation, so it must cover the slowest answer expected.
+    pub total: Duration,
+}
+
+impl Timeouts {
+    /// Every limit `d` (tests and callers that think in one number).
+    pub fn all(d: Duration) -> Timeouts {
+        Timeouts {
+            connect: d,
+            idle: d,
+            total: d,
+        }
+    }
+}
+
+/// A response body larger than this is refused, streamed or not (DESIGN §3: limits
+/// on what a model sends); a real answer is far below it.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a streaming POST got back: events were handed to the callback, or the server
+/// ignored `stream: true` and answered with one JSON body (some compatible servers do).
+pub(crate) enum Streamed {
+    /// The callback saw the provider's end marker.
+    Done,
+    /// The body ended without it: the caller decides whether what came is whole
+    /// (see [`Http::cut_short`]).
+    Ended,
+    Json(Vec<u8>),
+}
+
+/// Whether the stream reader goes on after an event.
+pub(crate) enum Flow {
+    More,
+    /// The provider's end marker arrived (`[DONE]`, `message_stop`).
+    Done,
+}
+
+/// A reqwest client for one provider, with its fixed headers and timeouts.
 pub(crate) struct Http {
     pub provider: &'static str,
     client: reqwest::Client,
-    timeout: Duration,
+    timeouts: Timeouts,
     /// Only to scrub the key out of messages a server might echo it into.
     key: Option<ApiKey>,
 }
@@ -68,14 +115,14 @@ pub(crate) struct Http {
 impl Http {
     pub fn new(
         provider: &'static str,
-        timeout: Duration,
+        timeouts: Timeouts,
         headers: HeaderMap,
         key: Option<ApiKey>,
     ) -> Result<Http, ModelError> {
         // Same-origin redirects only (crate::net): a base URL answering 307 elsewhere
         // must not receive the key and the transcript (issue 12).
         let client = crate::net::client_builder()
-            .timeout(timeout)
+            .connect_timeout(timeouts.connect)
             .default_headers(headers)
             .build()
             .map_err(|e| {
@@ -84,7 +131,7 @@ impl Http {
         Ok(Http {
             provider,
             client,
-            timeout,
+            timeouts,
             key,
         })
     }
@@ -95,33 +142,152 @@ impl Http {
         url: &Url,
         body: &Value,
     ) -> Result<T, ModelError> {
+        let total = self.timeouts.total;
+        let bytes = match tokio::time::timeout(total, self.post_bytes(url, body)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(self.timeout(url, total, TimeoutKind::Total)),
+        };
+        self.decode(&bytes)
+    }
+
+    pub fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, ModelError> {
+        serde_json::from_slice(bytes).map_err(|e| self.bad_response(format!("{e}")))
+    }
+
+    async fn post_bytes(&self, url: &Url, body: &Value) -> Result<Vec<u8>, ModelError> {
+        let mut resp = self.send(url, body).await?;
+        // Read the whole body before judging it: a connection cut mid-body is a
+        // transport error (transient), a complete body that does not parse is not.
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.transport(url, e))? {
+            self.append(&mut bytes, &chunk)?;
+        }
+        Ok(bytes)
+    }
+
+    async fn send(&self, url: &Url, body: &Value) -> Result<reqwest::Response, ModelError> {
         let resp = self
             .client
             .post(url.clone())
             .json(body)
             .send()
             .await
-            .map_err(|e| self.transport(e))?;
+            .map_err(|e| self.transport(url, e))?;
         let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
         let headers = resp.headers().clone();
-        // Read the whole body before judging it: a connection cut mid-body is a
-        // transport error (transient), a complete body that does not parse is not.
-        let bytes = match super::limits::read_body(resp)
-            .await
-            .map_err(|e| self.transport(e))?
-        {
-            super::limits::Body::Complete(b) => b,
-            super::limits::Body::TooLarge => {
-                return Err(self.bad_response(format!(
-                    "the response body is larger than {} MiB; it was not read",
-                    super::limits::MAX_BODY / (1024 * 1024)
-                )));
+        let bytes = resp.bytes().await.map_err(|e| self.transport(url, e))?;
+        let cut = &bytes[..bytes.len().min(64 * 1024)];
+        Err(self.status_error(status, &headers, cut))
+    }
+
+    fn append(&self, bytes: &mut Vec<u8>, chunk: &[u8]) -> Result<(), ModelError> {
+        if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(self.bad_response(format!(
+                "the response is larger than {} MiB; refused",
+                MAX_BODY_BYTES / (1024 * 1024)
+            )));
+        }
+        bytes.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// One streaming POST: each server-sent event goes to `on_event` as it arrives.
+    ///
+    /// The idle limit applies to the response headers and to every gap between chunks,
+    /// the total limit to the whole attempt. A stream that ends (or breaks) before the
+    /// provider's end marker is a [`ModelError::Connection`] — transient, so the retry
+    /// layer asks again, and the caller never returns a partial turn as a finished one.
+    pub async fn post_stream(
+        &self,
+        url: &Url,
+        body: &Value,
+        mut on_event: impl FnMut(SseEvent) -> Result<Flow, ModelError>,
+    ) -> Result<Streamed, ModelError> {
+        let total = self.timeouts.total;
+        let deadline = tokio::time::Instant::now() + total;
+        let within = |limit: Duration| {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left < limit {
+                (left, TimeoutKind::Total)
+            } else {
+                (limit, TimeoutKind::Idle)
             }
         };
-        if !status.is_success() {
-            return Err(self.status_error(status, &headers, &bytes));
+        let (wait, kind) = within(self.timeouts.idle);
+        let mut resp = match tokio::time::timeout(wait, self.send(url, body)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(self.timeout(url, self.limit(kind), kind)),
+        };
+        let is_sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mut parser = SseParser::default();
+        let mut seen = 0usize;
+        let mut json = Vec::new();
+        loop {
+            let (wait, kind) = within(self.timeouts.idle);
+            let chunk = match tokio::time::timeout(wait, resp.chunk()).await {
+                Ok(r) => r.map_err(|e| self.transport(url, e))?,
+                Err(_) => return Err(self.timeout(url, self.limit(kind), kind)),
+            };
+            let Some(chunk) = chunk else { break };
+            if !is_sse {
+                self.append(&mut json, &chunk)?;
+                continue;
+            }
+            seen += chunk.len();
+            if seen > MAX_BODY_BYTES {
+                return Err(self.bad_response(format!(
+                    "the stream is larger than {} MiB; refused",
+                    MAX_BODY_BYTES / (1024 * 1024)
+                )));
+            }
+            for ev in parser.feed(&chunk) {
+                if let Flow::Done = on_event(ev)? {
+                    return Ok(Streamed::Done);
+                }
+            }
         }
-        serde_json::from_slice(&bytes).map_err(|e| self.bad_response(format!("{e}")))
+        if !is_sse {
+            return Ok(Streamed::Json(json));
+        }
+        if let Some(ev) = parser.finish()
+            && let Flow::Done = on_event(ev)?
+        {
+            return Ok(Streamed::Done);
+        }
+        Ok(Streamed::Ended)
+    }
+
+    /// A stream that ended before the response was complete: transient, like any
+    /// connection dropped mid-answer.
+    pub fn cut_short(&self, url: &Url) -> ModelError {
+        ModelError::Connection {
+            provider: self.provider,
+            host: host_of(url),
+            message: "the stream ended before the response was complete".into(),
+        }
+    }
+
+    fn limit(&self, kind: TimeoutKind) -> Duration {
+        match kind {
+            TimeoutKind::Idle => self.timeouts.idle,
+            TimeoutKind::Total => self.timeouts.total,
+        }
+    }
+
+    fn timeout(&self, url: &Url, timeout: Duration, kind: TimeoutKind) -> ModelError {
+        ModelError::Timeout {
+            provider: self.provider,
+            host: host_of(url),
+            timeout,
+            idle: kind == TimeoutKind::Idle,
+        }
     }
 
     pub fn bad_response(&self, message: String) -> ModelError {
@@ -131,11 +297,13 @@ impl Http {
         }
     }
 
-    fn transport(&self, err: reqwest::Error) -> ModelError {
+    fn transport(&self, url: &Url, err: reqwest::Error) -> ModelError {
         if err.is_timeout() {
             return ModelError::Timeout {
                 provider: self.provider,
-                timeout: self.timeout,
+                host: host_of(url),
+                timeout: self.timeouts.connect,
+                idle: false,
             };
         }
         if let Some(refused) = crate::net::redirect_refused(&err) {
@@ -146,6 +314,7 @@ impl Http {
         // TLS) means the server never gave a full answer: worth another attempt.
         ModelError::Connection {
             provider: self.provider,
+            host: host_of(url),
             message: self.redact(error_chain(&err.without_url())),
         }
     }
@@ -160,11 +329,26 @@ impl Http {
         }
     }
 
-    fn redact(&self, message: String) -> String {
+    pub fn redact(&self, message: String) -> String {
         match &self.key {
             Some(key) => message.replace(key.expose(), "[redacted]"),
             None => message,
         }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeoutKind {
+    Idle,
+    Total,
+}
+
+/// `host:port` of a URL, for error messages that say where agentrun was trying to go.
+pub(crate) fn host_of(url: &Url) -> String {
+    let host = url.host_str().unwrap_or("?");
+    match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_string(),
     }
 }
 

@@ -310,17 +310,19 @@ impl Runner {
             budget_note(&lp.state, self.max_steps, self.max_tokens)
         );
         let tools = self.offered_tools(&lp.state);
+        let live = observe::LiveView(self.observer.as_ref());
         let req = ModelRequest {
             system: &system,
             messages: lp.messages.get(1..).unwrap_or(&[]),
             tools: &tools,
             max_output_tokens: self.resolved.snapshot.max_output_tokens,
+            live: Some(&live),
         };
         let model = self
             .resolved
             .models
             .first()
-            .map(|m| m.name())
+            .map(|m| m.describe())
             .unwrap_or_default();
         self.observer.step_started(&StepStart {
             step: lp.state.steps + 1,
@@ -329,7 +331,8 @@ impl Runner {
             max_tokens: self.max_tokens,
             model: &model,
         });
-        model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events).await
+        let call = model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events);
+        observe::with_heartbeat(self.observer.as_ref(), call).await
     }
 
     /// The task's tools from tools.toml (its subset, or all).

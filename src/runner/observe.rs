@@ -2,9 +2,11 @@
 //! turns them into lines or a live status display (`cli::progress`); the runner never
 //! prints.
 
+use crate::model::Delta;
 use crate::store::{EscalationId, EscalationKind};
 use crate::tools::outcome::ErrorKind;
 use crate::trace::TraceEvent;
+use std::time::Duration;
 
 /// A step about to ask the model.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +62,39 @@ pub trait Observer: Send + Sync {
     /// A trace event as it happens (attempts, waits, fallback hops, notes).
     fn event(&self, e: &TraceEvent);
     fn notice(&self, n: &Notice);
+    /// A piece of a streamed model answer as it arrives (a view only: what is
+    /// journaled is the whole response, once complete).
+    fn model_delta(&self, _model: &str, _delta: &Delta) {}
+    /// A model call has been in flight for `elapsed` (every [`HEARTBEAT`]).
+    fn waiting(&self, _elapsed: Duration) {}
+}
+
+/// How often a run waiting on the model says so (issue 13: off a terminal too).
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// The observer as the providers' live sink.
+pub(crate) struct LiveView<'a>(pub &'a dyn Observer);
+
+impl crate::model::LiveSink for LiveView<'_> {
+    fn delta(&self, model: &str, delta: &Delta) {
+        self.0.model_delta(model, delta);
+    }
+}
+
+/// Runs `fut` (a model call), telling `observer` every [`HEARTBEAT`] that it waits.
+pub(crate) async fn with_heartbeat<T>(
+    observer: &dyn Observer,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    let start = tokio::time::Instant::now();
+    let mut fut = std::pin::pin!(fut);
+    let mut tick = tokio::time::interval_at(start + HEARTBEAT, HEARTBEAT);
+    loop {
+        tokio::select! {
+            out = &mut fut => return out,
+            _ = tick.tick() => observer.waiting(start.elapsed()),
+        }
+    }
 }
 
 /// Watches nothing.

@@ -3,9 +3,9 @@
 //! timeouts, dropped connections, model fallback, and that API keys never print.
 //!
 //! Fixtures live in `tests/fixtures/providers` (copied from the project's shared
-//! recordings, see its README). agentrun does not stream, so the
-//! fixtures whose response is an SSE stream (`body_text`) are skipped: openai 08, 09,
-//! 18 and anthropic 09, 10, 18.
+//! recordings, see its README). These adapters are built with `stream: false`; the
+//! fixtures whose response is an SSE stream (`body_text`: openai 08, 09, 18 and
+//! anthropic 09, 10, 18) are replayed by `streaming.rs`.
 
 use agentrun::clock::FakeClock;
 use agentrun::model::anthropic::{Anthropic, AnthropicConfig};
@@ -13,7 +13,7 @@ use agentrun::model::openai::{OpenAi, OpenAiConfig};
 use agentrun::model::retry::{self, ModelRetryPolicy};
 use agentrun::model::{
     ApiKey, Message, ModelError, ModelRequest, ModelResponse, Part, Provider, Role, StopReason,
-    ToolSpec, Usage,
+    Timeouts, ToolSpec, Usage,
 };
 use agentrun::trace::{EventBuffer, TraceEvent};
 use serde_json::{Value, json};
@@ -62,7 +62,10 @@ impl Api {
                     model: model.into(),
                     base_url: uri.into(),
                     api_key: ApiKey::new(ANTHROPIC_KEY).unwrap(),
-                    timeout,
+                    timeouts: Timeouts::all(timeout),
+                    stream: false,
+                    temperature: None,
+                    tool_choice: None,
                 })
                 .unwrap(),
             ),
@@ -89,7 +92,10 @@ fn openai(base: &str, key: Option<&str>, model: &str, timeout: Duration) -> Prov
             model: model.into(),
             base_url: base.into(),
             api_key: key.and_then(ApiKey::new),
-            timeout,
+            timeouts: Timeouts::all(timeout),
+            stream: false,
+            temperature: None,
+            tool_choice: None,
         })
         .unwrap(),
     )
@@ -177,6 +183,7 @@ fn request<'a>(
         messages,
         tools,
         max_output_tokens: max,
+        live: None,
     }
 }
 
@@ -1317,14 +1324,20 @@ fn configs_do_not_print_their_keys() {
         model: "m".into(),
         base_url: "http://x".into(),
         api_key: ApiKey::new(OPENAI_KEY),
-        timeout: TIMEOUT,
+        timeouts: Timeouts::all(TIMEOUT),
+        stream: true,
+        temperature: None,
+        tool_choice: None,
     };
     assert!(!format!("{config:?}").contains(OPENAI_KEY));
     let config = AnthropicConfig {
         model: "m".into(),
         base_url: "http://x".into(),
         api_key: ApiKey::new(ANTHROPIC_KEY).unwrap(),
-        timeout: TIMEOUT,
+        timeouts: Timeouts::all(TIMEOUT),
+        stream: true,
+        temperature: None,
+        tool_choice: None,
     };
     assert!(!format!("{config:?}").contains(ANTHROPIC_KEY));
 }

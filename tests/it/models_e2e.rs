@@ -1,0 +1,225 @@
+//! Real-model behaviour through the binary (issue 15, and the provider items of issue
+//! 13): streaming with `--stream-json`, a cut stream retried and never journaled, model
+//! settings from the front matter and the command line, the key checked up front, the
+//! host named when it cannot be reached, and a heartbeat while waiting.
+
+use crate::common::{Project, Run, events};
+use serde_json::{Value, json};
+use std::time::Duration;
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const OPENAI_PATH: &str = "/v1/chat/completions";
+
+struct Server {
+    rt: tokio::runtime::Runtime,
+    server: MockServer,
+    project: Project,
+}
+
+impl Server {
+    fn new(front: &str) -> Server {
+        let rt = crate::common::runtime();
+        let server = rt.block_on(MockServer::start());
+        let project = Project::new();
+        project.write("tools.toml", "");
+        project.write(
+            "task.md",
+            &format!("+++\nmodel = \"openai:m\"\n{front}\n+++\nDo dragons live in Crumpet?\n"),
+        );
+        Server {
+            rt,
+            server,
+            project,
+        }
+    }
+
+    fn answer(&self, times: Option<u64>, response: ResponseTemplate) {
+        let mut mock = Mock::given(method("POST"))
+            .and(path(OPENAI_PATH))
+            .respond_with(response);
+        if let Some(n) = times {
+            mock = mock.up_to_n_times(n).with_priority(1);
+        }
+        self.rt.block_on(mock.mount(&self.server));
+    }
+
+    fn start(&self, extra: &[&str]) -> Run {
+        let mut args = vec!["start", "task.md"];
+        args.extend_from_slice(extra);
+        let mut cmd = self.project.command(&args);
+        cmd.env_remove("OPENAI_API_KEY")
+            .env("OPENAI_BASE_URL", format!("{}/v1", self.server.uri()));
+        Run::from_output(cmd.output().expect("spawn agentrun"))
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.rt
+            .block_on(self.server.received_requests())
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_slice(&r.body).unwrap())
+            .collect()
+    }
+}
+
+fn sse(body: String) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(body.into_bytes(), "text/event-stream")
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    )
+}
+
+fn whole(pieces: &[&str]) -> String {
+    let mut s: String = pieces
+        .iter()
+        .map(|p| chunk(json!({"content": p}), None))
+        .collect();
+    s.push_str(&chunk(json!({}), Some("stop")));
+    s.push_str(&format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 4}})
+    ));
+    s
+}
+
+#[test]
+fn stream_json_shows_the_answer_live_and_a_cut_stream_is_retried_not_journaled() {
+    let s = Server::new("");
+    // First attempt: two pieces, then the server closes without a finish reason.
+    s.answer(
+        Some(1),
+        sse(format!(
+            "{}{}",
+            chunk(json!({"content": "No, "}), None),
+            chunk(json!({"content": "drag"}), None)
+        )),
+    );
+    s.answer(None, sse(whole(&["Yes, ", "dragons ", "live there."])));
+    let run = s.start(&["--stream-json"]);
+    run.expect_code(0);
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["text", "text", "restart", "text", "text", "text"]);
+    let streamed: String = lines[3..]
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, "Yes, dragons live there.");
+    assert!(
+        run.stdout.trim_end().ends_with("Yes, dragons live there."),
+        "{run}"
+    );
+    let show = s.project.show(&s.project.only_run());
+    let said: Vec<String> = show["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"][0]["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(said, ["Yes, dragons live there."]);
+    let retries = events(&show, "model_retry");
+    assert_eq!(retries.len(), 1, "{retries:#?}");
+    assert!(
+        retries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("stream ended before the response was complete"),
+        "{}",
+        retries[0]
+    );
+    assert_eq!(show["tokens"], json!({"input": 20, "output": 4}));
+    let sent = s.bodies();
+    assert_eq!(sent[0]["stream"], true);
+}
+
+#[test]
+fn settings_come_from_the_front_matter_and_the_command_line_wins() {
+    let s = Server::new(
+        "max_output_tokens = 77\ntemperature = 0.5\ntool_choice = \"none\"\nstream = false\ntimeout = \"30s\"",
+    );
+    s.answer(
+        None,
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}})),
+    );
+    s.start(&[]).expect_code(0);
+    s.start(&["--max-output-tokens", "99", "--temperature", "0"])
+        .expect_code(0);
+    let sent = s.bodies();
+    assert_eq!(
+        (&sent[0]["max_tokens"], &sent[0]["temperature"]),
+        (&json!(77), &json!(0.5))
+    );
+    assert!(sent[0].get("stream").is_none(), "{}", sent[0]);
+    // No tools offered, so no tool_choice either (the APIs reject one without tools).
+    assert!(sent[0].get("tool_choice").is_none());
+    assert_eq!(
+        (&sent[1]["max_tokens"], &sent[1]["temperature"]),
+        (&json!(99), &json!(0.0))
+    );
+}
+
+#[test]
+fn a_bad_setting_is_exit_2_naming_the_key() {
+    let s = Server::new("idle_timeout = \"soon\"");
+    let run = s.start(&[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("idle_timeout"), "{run}");
+    let s = Server::new("temperature = 7.0");
+    let run = s.start(&[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("temperature"), "{run}");
+    let run = s.start(&["--tool-choice", "always"]);
+    run.expect_code(2);
+}
+
+#[test]
+fn a_public_endpoint_without_a_key_is_refused_before_anything_is_written() {
+    let p = Project::new();
+    p.write("tools.toml", "");
+    p.write(
+        "task.md",
+        "+++\nmodel = \"openai:gpt-4o-mini\"\n+++\nhello\n",
+    );
+    let mut cmd = p.command(&["start", "task.md"]);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL");
+    let run = Run::from_output(cmd.output().unwrap());
+    run.expect_code(2);
+    assert!(run.stderr.contains("OPENAI_API_KEY"), "{run}");
+    assert!(run.stderr.contains("api.openai.com"), "{run}");
+    assert!(!p.db().exists(), "a database was written");
+}
+
+#[test]
+fn waiting_on_a_slow_model_is_said_off_a_terminal() {
+    let s = Server::new("stream = false");
+    s.answer(
+        None,
+        ResponseTemplate::new(200)
+            .set_body_json(json!({
+                "choices": [{"message": {"content": "late"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1}}))
+            .set_delay(Duration::from_millis(5600)),
+    );
+    let run = s.start(&[]);
+    run.expect_code(0);
+    let host = s.server.uri().trim_start_matches("http://").to_string();
+    assert!(
+        run.stderr
+            .contains(&format!("still waiting for openai:m at {host} (5s")),
+        "{run}"
+    );
+}
