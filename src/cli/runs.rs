@@ -346,9 +346,11 @@ fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
 /// `runs show --follow`: the run so far, then its trace and the model's words as they
 /// are committed, until it stops (or its process is found gone).
 fn follow(store: &Store, id: &RunId) -> anyhow::Result<Exit> {
-    output::print_out(&render(store, id)?)?;
+    // Counted before rendering: whatever is committed while the render is read is then
+    // printed below (at worst twice), never lost between the two reads.
     let mut seen_events = store.events(id)?.len();
     let mut seen_seq = store.messages(id)?.last().map_or(0, |m| m.seq);
+    output::print_out(&render(store, id)?)?;
     let mut printed_header = false;
     loop {
         let row = store.run(id)?;
