@@ -167,7 +167,7 @@ impl Observer for Progress {
     }
 
     /// A tool call finished; `line` says how (kept in the history above the status).
-    fn call_finished(&self, c: &CallFinished<'_>) {
+    fn call_finished(&self, c: &CallFinished) {
         let line = call_line(c);
         match &self.out {
             Out::Quiet => {}
@@ -220,12 +220,16 @@ impl Observer for Progress {
 }
 
 /// `agentrun: step 2: search_kb error timeout via kb_cache (3 attempts)`.
-fn call_line(c: &CallFinished<'_>) -> String {
+fn call_line(c: &CallFinished) -> String {
     let attempts = match c.attempts {
         1 => "1 attempt".to_string(),
         n => format!("{n} attempts"),
     };
-    let via = c.via.map(|v| format!(" via {v}")).unwrap_or_default();
+    let via = c
+        .via
+        .as_deref()
+        .map(|v| format!(" via {v}"))
+        .unwrap_or_default();
     let what = match c.failed {
         None => "ok".to_string(),
         Some(kind) => format!("error {}", kind.map_or("error", |k| k.as_str())),

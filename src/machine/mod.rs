@@ -1,5 +1,237 @@
-//! The core of the loop, free of IO: the state saved with every checkpoint and the
-//! recovery policies over it (breaker, withdrawal, stuck detection, approval rules).
+//! The loop as a pure, synchronous state machine (DESIGN §6): events in
+//! ([`Event`]: started, step loaded, model replied or failed, call ran), effects out
+//! ([`Effect`]: load a step, ask the model, run a call, journal, commit, escalate,
+//! stop). No IO, no clock, no async: `runner` performs the effects.
+//!
+//! One step, as the machine walks it:
+//! 1. guard: steps and tokens within budget, else stop (`budget_exhausted`);
+//! 2. load the step: a model response stored by an earlier process is reused (with its
+//!    calls' journal and people's decisions — resume is replay), else ask the model;
+//! 3. a response cut at the token limit fails the run honestly; no tool calls → answer;
+//! 4. each call in order ([`calls`]): a journaled outcome is reused; a tool not offered
+//!    is `unknown_tool`; `ask_user` pauses for a person; a call interrupted by a crash
+//!    is handled by its `on_unknown`; else the recovery chain runs it
+//!    ([`crate::recovery::chain`] owns that order);
+//! 5. after each call, the policies ([`after`]): breaker, withdrawal, stuck detection,
+//!    tool-bug reports;
+//! 6. commit the step (with a degraded turn when no tool is left, and the escalation a
+//!    policy raised).
+//!
+//! Calls carry their id in [`Effect::RunCall`] and [`Event::CallRan`], so running the
+//! calls of a step concurrently changes the order of events, not their shape; a guard
+//! or a compaction before asking the model belongs in [`Machine::begin_step`].
 
+pub mod after;
+mod calls;
+pub mod effects;
+pub mod escalate;
+pub mod guards;
 pub mod policy;
+mod reply;
 pub mod state;
+#[cfg(test)]
+mod tests;
+
+pub use calls::{ASK_USER, ask_user_spec};
+pub use effects::{Effect, Event, Stop, StopReason};
+
+use crate::config::{ToolDef, ToolsConfig};
+use crate::model::{Message, ToolSpec};
+use crate::prompts::Prompts;
+use crate::store::{CallRecord, EscalationRow, JournalEntry};
+use serde_json::Value;
+use state::{LoopState, budget_note, check_budget};
+use std::collections::HashMap;
+
+/// What the machine decides by: the run's validated config and budgets.
+#[derive(Clone, Copy)]
+pub struct Rules<'a> {
+    pub tools: &'a ToolsConfig,
+    pub prompts: &'a Prompts,
+    /// The task's tools; `None` = all in tools.toml.
+    pub tool_subset: Option<&'a [String]>,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+}
+
+pub struct Machine<'a> {
+    rules: Rules<'a>,
+    /// As of the last commit.
+    state: LoopState,
+    messages: Vec<Message>,
+    /// The step in progress, between its model response and its commit.
+    step: Option<Step>,
+}
+
+/// A step between its model response and its commit.
+struct Step {
+    number: u32,
+    /// The loop state the step will commit.
+    next: LoopState,
+    calls: Vec<crate::model::ToolCall>,
+    /// The call in progress.
+    at: usize,
+    /// Names of the tools offered to the model in this step; only these may run.
+    offered: Vec<String>,
+    new_messages: Vec<Message>,
+    /// System notes to the model (a withdrawn tool, a stuck nudge).
+    notes: Vec<Message>,
+    /// A pausing escalation a policy raised: problem and facts.
+    escalation: Option<(String, crate::store::Facts)>,
+    /// Stored by an earlier process, by call id.
+    journal: HashMap<String, JournalEntry>,
+    decisions: HashMap<String, EscalationRow>,
+    /// The last fresh outcome, journaled with the commit.
+    last_fresh: Option<CallRecord>,
+    /// The current call's arguments as a person modified them.
+    modified: Option<Value>,
+}
+
+impl<'a> Machine<'a> {
+    /// A machine at a checkpoint: its loop state and transcript (system prompt first).
+    pub fn new(rules: Rules<'a>, state: LoopState, messages: Vec<Message>) -> Machine<'a> {
+        Machine {
+            rules,
+            state,
+            messages,
+            step: None,
+        }
+    }
+
+    pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+        match event {
+            Event::Start { escalations } => {
+                let mut out = self.apply_decisions(&escalations);
+                if !matches!(out.last(), Some(Effect::Stop(_))) {
+                    out.extend(self.begin_step());
+                }
+                out
+            }
+            Event::StepLoaded {
+                turn: Some(response),
+                journal,
+                escalations,
+            } => self.reply(response, journal, &escalations),
+            Event::StepLoaded { turn: None, .. } => vec![Effect::AskModel(self.ask())],
+            Event::ModelReplied(response) => {
+                let mut out = vec![Effect::RecordModelTurn {
+                    step: self.state.steps + 1,
+                    response: response.clone(),
+                }];
+                out.extend(self.reply(response, Vec::new(), &[]));
+                out
+            }
+            Event::ModelFailed(error) => self.fail_model(&error),
+            Event::CallRan { call_id, execution } => self.call_ran(&call_id, execution),
+        }
+    }
+
+    /// The loop state as of the last commit.
+    pub fn state(&self) -> &LoopState {
+        &self.state
+    }
+
+    /// The loop state the step in progress will commit (the gates read it).
+    pub fn pending_state(&self) -> &LoopState {
+        self.step.as_ref().map_or(&self.state, |s| &s.next)
+    }
+
+    /// The transcript as of the last commit (system prompt first).
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    pub fn rules(&self) -> Rules<'a> {
+        self.rules
+    }
+
+    /// The guard, then the step's load.
+    fn begin_step(&mut self) -> Vec<Effect> {
+        let r = self.rules;
+        if let Some(stop) = check_budget(&self.state, r.max_steps, r.max_tokens) {
+            let reason = stop.message();
+            return vec![
+                Effect::SetStatus {
+                    status: crate::store::RunStatus::BudgetExhausted,
+                    reason: reason.clone(),
+                },
+                Effect::Notice(effects::Notice::Stopped {
+                    reason: reason.clone(),
+                }),
+                Effect::Stop(Stop {
+                    status: crate::store::RunStatus::BudgetExhausted,
+                    reason: StopReason::Text(reason),
+                }),
+            ];
+        }
+        vec![Effect::LoadStep {
+            step: self.state.steps + 1,
+        }]
+    }
+
+    fn ask(&self) -> effects::Ask {
+        let r = self.rules;
+        let system = format!(
+            "{}\n\n{}",
+            self.messages
+                .first()
+                .map(Message::joined_text)
+                .unwrap_or_default(),
+            budget_note(&self.state, r.max_steps, r.max_tokens)
+        );
+        effects::Ask {
+            step: self.state.steps + 1,
+            system,
+            tools: self.offered_tools(&self.state),
+        }
+    }
+
+    /// The task's tools from tools.toml (its subset, or all).
+    fn configured_tools(&self) -> Vec<&'a ToolDef> {
+        let subset = self.rules.tool_subset;
+        self.rules
+            .tools
+            .tools
+            .values()
+            .filter(|t| subset.is_none_or(|s| s.contains(&t.name)))
+            .collect()
+    }
+
+    /// Tools offered to the model this step: the configured ones minus withdrawn ones,
+    /// plus `ask_user` — none at all once the run is degraded.
+    fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
+        if state.degraded {
+            return Vec::new();
+        }
+        let mut specs: Vec<ToolSpec> = self
+            .configured_tools()
+            .into_iter()
+            .filter(|t| !state.disabled.contains(&t.name))
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            })
+            .collect();
+        if !specs.is_empty() {
+            specs.push(ask_user_spec());
+        }
+        specs
+    }
+
+    /// A call whose effect must not happen twice: marked started before it runs, and
+    /// its outcome journaled as soon as it is known.
+    fn must_not_repeat(&self, tool: &str) -> bool {
+        let def = self.rules.tools.tools.get(tool);
+        def.is_some_and(|d| !d.idempotent)
+    }
+
+    /// The last thing the model said, the run's answer so far.
+    pub fn answer(&self) -> Option<String> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::model::Role::Assistant && !m.joined_text().is_empty())
+            .map(Message::joined_text)
+    }
+}

@@ -41,6 +41,7 @@ pub enum Gate {
     Pause,
 }
 
+#[derive(Debug, Clone, PartialEq)]
 pub enum Execution {
     Done(CallOutcome),
     /// The gate paused before `tool` ran with `args`. On a fallback hop, `tool` is the

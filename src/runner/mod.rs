@@ -1,33 +1,31 @@
-//! The loop: model step, tool calls through the recovery layer, checkpoint — until a
-//! final answer, a guard, or a person is needed.
+//! The driver: performs the effects of the loop's state machine ([`crate::machine`])
+//! and feeds it what happened, until it stops.
 //!
 //! Durability follows DESIGN §5: the model's response is journaled as soon as it
 //! arrives, each call's start and outcome as they happen, and the step's messages with
-//! the loop state in one commit. Resuming is running this same loop again: a journaled
-//! response is reused instead of asking the model, a journaled outcome instead of
-//! calling the tool.
+//! the loop state in one commit. Resuming is replay: the machine starts from the last
+//! checkpoint and asks for each step's stored response, journal and decisions before
+//! it asks the model or runs a tool.
 
-mod calls;
-pub mod escalate;
 pub mod observe;
-mod policies;
 
 use crate::clock::Clock;
-use crate::config::ToolDef;
 use crate::fault;
-use crate::machine::state::{LoopState, budget_note, check_budget};
-use crate::model::{self, Message, ModelRequest, Part, Role, StopReason, ToolCall, ToolSpec};
+use crate::machine::effects::{Ask, Commit, Notice, RunCall};
+use crate::machine::guards::RunGuards;
+use crate::machine::state::LoopState;
+use crate::machine::{Effect, Event, Machine, Rules, Stop, StopReason};
+use crate::model::{self, ModelRequest};
+use crate::recovery::{self, Execution, chain::Chain};
 use crate::setup::Resolved;
 use crate::store::{
-    CallRecord, EscalationId, Facts, JournalEntry, Lease, NewEscalation, RunId, RunStatus,
-    StepCommit, Store, StoreError,
+    EscalationDetail, EscalationId, Lease, NewEscalation, RunId, RunStatus, StepCommit, Store,
+    StoreError,
 };
-use crate::tools::outcome::ErrorKind;
-use crate::trace::EventBuffer;
-use calls::{CallInput, CallResult, ask_user_spec};
-use observe::{CallFinished, Notice, Observer, StepStart};
-use serde_json::Value;
-use std::collections::HashMap;
+use crate::tools::CallContext;
+use crate::trace::{EventBuffer, EventSink};
+use observe::{Observer, StepStart};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// How a run ended this time (it may be resumed later).
@@ -67,47 +65,13 @@ pub enum RunError {
     },
 }
 
-/// What the loop knows between steps.
-struct Loop {
-    state: LoopState,
-    messages: Vec<Message>,
-}
-
-/// What a step's calls decided, applied when the step commits.
-#[derive(Default)]
-struct StepPlan {
-    /// System notes to the model (a withdrawn tool, a stuck nudge).
-    notes: Vec<Message>,
-    /// A pausing escalation: problem, facts.
-    escalation: Option<(String, Facts)>,
-}
-
-/// What a step commits, besides the messages and the state.
-struct Commit<'a> {
-    status: RunStatus,
-    answer: Option<&'a str>,
-    error: Option<&'a str>,
-    outcome: Option<&'a CallRecord>,
-    escalation: Option<&'a NewEscalation<'a>>,
-}
-
-impl Commit<'_> {
-    fn running() -> Commit<'static> {
-        Commit {
-            status: RunStatus::Running,
-            answer: None,
-            error: None,
-            outcome: None,
-            escalation: None,
-        }
-    }
-}
-
-fn state_json(run: &RunId, state: &LoopState) -> Result<String, RunError> {
-    serde_json::to_string(state).map_err(|source| RunError::State {
-        run: run.clone(),
-        source,
-    })
+/// What one run of the driver carries between effects.
+struct Drive<'r> {
+    runner: &'r Runner,
+    /// Trace events not yet stored; each write that carries events takes them.
+    events: EventBuffer,
+    /// The escalation queued last (the one a pause or an escalated commit names).
+    escalation: Option<EscalationId>,
 }
 
 impl Runner {
@@ -117,27 +81,43 @@ impl Runner {
 
     /// Drives the run from its last checkpoint until it stops.
     pub async fn run(&self) -> Result<RunOutcome, RunError> {
-        let mut lp = self.load()?;
-        if let Some(outcome) = self.apply_decisions(&mut lp)? {
-            return Ok(outcome);
-        }
-        loop {
-            if let Some(stop) = check_budget(&lp.state, self.max_steps, self.max_tokens) {
-                let reason = stop.message();
-                self.store
-                    .set_status(&self.lease, RunStatus::BudgetExhausted, Some(&reason))?;
-                self.observer.notice(&Notice::Stopped {
-                    reason: reason.clone(),
-                });
-                return Ok(self.outcome(&lp, RunStatus::BudgetExhausted, Some(reason)));
+        let (state, messages) = self.load()?;
+        let rules = Rules {
+            tools: &self.resolved.tools,
+            prompts: &self.resolved.snapshot.prompts,
+            tool_subset: self.resolved.snapshot.tool_subset.as_deref(),
+            max_steps: self.max_steps,
+            max_tokens: self.max_tokens,
+        };
+        let mut machine = Machine::new(rules, state, messages);
+        let observer = self.observer.clone();
+        let mut d = Drive {
+            runner: self,
+            events: EventBuffer::observed(Arc::new(move |e| observer.event(e))),
+            escalation: None,
+        };
+        let escalations = self.store.escalations_for_run(self.run_id())?;
+        let mut pending: VecDeque<Effect> = machine.handle(Event::Start { escalations }).into();
+        while let Some(effect) = pending.pop_front() {
+            if let Effect::Stop(stop) = effect {
+                return Ok(d.outcome(&machine, stop));
             }
-            if let Some(outcome) = self.step(&mut lp).await? {
-                return Ok(outcome);
+            if let Some(event) = d.perform(&machine, effect).await? {
+                pending.extend(machine.handle(event));
             }
         }
+        // The machine always ends with a stop; an empty queue would be a bug in it.
+        let reason = StopReason::Text("the loop ended without a stop".into());
+        Ok(d.outcome(
+            &machine,
+            Stop {
+                status: RunStatus::Failed,
+                reason,
+            },
+        ))
     }
 
-    fn load(&self) -> Result<Loop, StoreError> {
+    fn load(&self) -> Result<(LoopState, Vec<model::Message>), StoreError> {
         let (_, state_json) = self.store.checkpoint(self.run_id())?;
         let state: LoopState =
             serde_json::from_str(&state_json).map_err(|e| StoreError::Corrupt {
@@ -150,339 +130,262 @@ impl Runner {
             .into_iter()
             .map(|m| m.message)
             .collect();
-        Ok(Loop { state, messages })
+        Ok((state, messages))
     }
 
-    /// One model step and its tool calls. `Some` when the run stops.
-    async fn step(&self, lp: &mut Loop) -> Result<Option<RunOutcome>, RunError> {
-        let step = lp.state.steps + 1;
-        let observer = self.observer.clone();
-        let events = EventBuffer::observed(Arc::new(move |e| observer.event(e)));
-        let stored = self.store.model_turn(self.run_id(), step)?;
-        // A step begun by an earlier process may have journaled outcomes and people's
-        // decisions; a step whose model turn arrives now has neither, so its reads are
-        // skipped on the hot path.
-        let resumed = stored.is_some();
-        let response = match stored {
-            Some(r) => r,
-            None => match self.ask_model(lp, &events).await {
-                Ok(r) => {
-                    self.store
-                        .record_model_turn(&self.lease, step, &r, &events.take())?;
-                    fault::point("after_model_stored");
-                    r
-                }
-                Err(e) => return self.fail_model(lp, step, e, &events).map(Some),
-            },
-        };
-        let mut next = lp.state.clone();
-        next.steps = step;
-        next.input_tokens += response.usage.input;
-        next.output_tokens += response.usage.output;
-        let assistant = response.message.clone();
-        let calls = assistant.tool_calls();
-        if response.stop == StopReason::MaxTokens {
-            return self
-                .finish_truncated(lp, next, assistant, &events)
-                .map(Some);
-        }
-        if calls.is_empty() {
-            return self.finish_answer(lp, next, assistant, &events).map(Some);
-        }
-        let (journal, decisions) = if resumed {
-            let journal: HashMap<String, JournalEntry> = self
-                .store
-                .journal_for_step(self.run_id(), step)?
-                .into_iter()
-                .map(|e| (e.call_id.clone(), e))
-                .collect();
-            (journal, self.decisions_for_step(step)?)
-        } else {
-            (HashMap::new(), HashMap::new())
-        };
-        let offered: Vec<String> = self
-            .offered_tools(&lp.state)
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
-        let mut new_messages = vec![assistant];
-        let mut plan = StepPlan::default();
-        let mut last_fresh = None;
-        for (i, call) in calls.iter().enumerate() {
-            let input = CallInput {
-                step,
-                call,
-                entry: journal.get(&call.id),
-                decision: decisions.get(&call.id),
-                state: &next,
-                index: i,
-                offered: &offered,
-                messages: &lp.messages,
-                events: &events,
-            };
-            let (record, fresh) = match self.run_call(input).await? {
-                CallResult::Paused { escalation, status } => {
-                    return Ok(Some(self.paused(lp, status, escalation)));
-                }
-                CallResult::Done { record, fresh } => (record, fresh),
-            };
-            self.observer
-                .call_finished(&describe_call(step, call, &record));
-            new_messages.push(Message::tool_result(
-                &call.id,
-                record.result.clone(),
-                record.is_error,
-            ));
-            let finished = policies::Finished {
-                step,
-                call,
-                record: &record,
-                fresh,
-            };
-            self.after_call(&mut next, &mut plan, &finished, lp)?;
-            // A non-idempotent outcome is journaled at once even when it is the last:
-            // should the step commit be lost, it is reused instead of becoming unknown.
-            let at_once = i + 1 < calls.len() || self.must_not_repeat(call);
-            if fresh && at_once {
-                self.store
-                    .record_outcome(&self.lease, step, &record, &events.take())?;
-                fault::point("after_tool_outcome");
-            } else if fresh {
-                last_fresh = Some(record);
-            }
-        }
-        self.finish_step(lp, next, new_messages, plan, last_fresh.as_ref(), &events)
-    }
-
-    /// A call whose effect must not happen twice: marked started before it runs, and
-    /// its outcome journaled as soon as it is known.
-    fn must_not_repeat(&self, call: &ToolCall) -> bool {
-        let def = self.resolved.tools.tools.get(&call.name);
-        def.is_some_and(|d| !d.idempotent)
-    }
-
-    fn finish_answer(
-        &self,
-        lp: &mut Loop,
-        next: LoopState,
-        assistant: Message,
-        events: &EventBuffer,
-    ) -> Result<RunOutcome, RunError> {
-        let answer = assistant.joined_text();
-        let degraded = next.degraded;
-        self.observer.notice(&Notice::FinalAnswer {
-            step: next.steps,
-            degraded,
-        });
-        let reason = degraded
-            .then(|| "degraded: answered without tools after every tool was withdrawn".to_string());
-        let commit = Commit {
-            status: RunStatus::Completed,
-            answer: Some(&answer),
-            error: reason.as_deref(),
-            ..Commit::running()
-        };
-        self.commit(lp, next, vec![assistant], &commit, events)?;
-        Ok(self.outcome(lp, RunStatus::Completed, reason))
-    }
-
-    fn paused(&self, lp: &Loop, status: RunStatus, escalation: EscalationId) -> RunOutcome {
-        let mut o = self.outcome(
-            lp,
-            status,
-            Some(format!("waiting for escalation {escalation}")),
-        );
-        o.escalation_id = Some(escalation);
-        o
-    }
-
-    async fn ask_model(
-        &self,
-        lp: &Loop,
-        events: &EventBuffer,
-    ) -> Result<model::ModelResponse, model::ModelError> {
-        let system = format!(
-            "{}\n\n{}",
-            lp.messages
-                .first()
-                .map(Message::joined_text)
-                .unwrap_or_default(),
-            budget_note(&lp.state, self.max_steps, self.max_tokens)
-        );
-        let tools = self.offered_tools(&lp.state);
-        let live = observe::LiveView(self.observer.as_ref());
-        let req = ModelRequest {
-            system: &system,
-            messages: lp.messages.get(1..).unwrap_or(&[]),
-            tools: &tools,
-            max_output_tokens: self.resolved.snapshot.max_output_tokens,
-            live: Some(&live),
-        };
-        let model = self
-            .resolved
-            .models
-            .first()
-            .map(|m| m.describe())
-            .unwrap_or_default();
-        self.observer.step_started(&StepStart {
-            step: lp.state.steps + 1,
-            max_steps: self.max_steps,
-            tokens: lp.state.tokens_used(),
-            max_tokens: self.max_tokens,
-            model: &model,
-        });
-        let call = model::retry::complete(&self.resolved.models, &req, self.clock.as_ref(), events);
-        observe::with_heartbeat(self.observer.as_ref(), call).await
-    }
-
-    /// The task's tools from tools.toml (its subset, or all).
-    fn configured_tools(&self) -> Vec<&ToolDef> {
-        let subset = self.resolved.snapshot.tool_subset.as_ref();
-        self.resolved
-            .tools
-            .tools
-            .values()
-            .filter(|t| subset.is_none_or(|s| s.contains(&t.name)))
-            .collect()
-    }
-
-    /// Tools offered to the model this step: the configured ones minus withdrawn ones,
-    /// plus `ask_user` — none at all once the run is degraded.
-    fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
-        if state.degraded {
-            return Vec::new();
-        }
-        let mut specs: Vec<ToolSpec> = self
-            .configured_tools()
-            .into_iter()
-            .filter(|t| !state.disabled.contains(&t.name))
-            .map(|t| ToolSpec {
-                name: t.name.clone(),
-                description: t.description.clone(),
-                input_schema: t.input_schema.clone(),
-            })
-            .collect();
-        if !specs.is_empty() {
-            specs.push(ask_user_spec());
-        }
-        specs
-    }
-
-    fn commit(
-        &self,
-        lp: &mut Loop,
-        next: LoopState,
-        new_messages: Vec<Message>,
-        c: &Commit<'_>,
-        events: &EventBuffer,
-    ) -> Result<Option<EscalationId>, RunError> {
-        let state = state_json(self.run_id(), &next)?;
-        let id = self.store.commit_step(
-            &self.lease,
-            &StepCommit {
-                step: next.steps,
-                messages: &new_messages,
-                state: &state,
-                input_tokens: next.input_tokens,
-                output_tokens: next.output_tokens,
-                status: c.status,
-                answer: c.answer,
-                error: c.error,
-                outcome: c.outcome,
-                events: &events.take(),
-                escalation: c.escalation,
-            },
-        )?;
-        fault::point("after_commit");
-        lp.messages.extend(new_messages);
-        lp.state = next;
-        Ok(id)
-    }
-
-    fn fail_model(
-        &self,
-        lp: &Loop,
-        step: u32,
-        e: model::ModelError,
-        events: &EventBuffer,
-    ) -> Result<RunOutcome, RunError> {
-        let reason = format!("model call for step {step} failed: {e}");
-        self.store
-            .record_events(&self.lease, lp.state.steps, &events.take())?;
-        self.store
-            .set_status(&self.lease, RunStatus::Failed, Some(&reason))?;
-        self.observer.notice(&Notice::Failed {
-            reason: reason.clone(),
-        });
-        Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
-    }
-
-    /// A response cut at the output-token limit is not an answer: keep it in the
-    /// transcript with a note saying so, and stop honestly.
-    fn finish_truncated(
-        &self,
-        lp: &mut Loop,
-        next: LoopState,
-        assistant: Message,
-        events: &EventBuffer,
-    ) -> Result<RunOutcome, RunError> {
-        let reason = "the model's response was cut off at its output-token limit; \
-                      it is not a final answer"
-            .to_string();
-        // Tool calls in a cut-off response may be incomplete: keep the text only, so
-        // the transcript never holds a call without a result.
-        let text_only = Message {
-            role: Role::Assistant,
-            content: assistant
-                .content
-                .into_iter()
-                .filter(|p| matches!(p, Part::Text { .. }))
-                .collect(),
-        };
-        let note = Message::text(Role::System, format!("[agentrun] {reason}."));
-        let commit = Commit {
-            status: RunStatus::Failed,
-            error: Some(&reason),
-            ..Commit::running()
-        };
-        self.commit(lp, next, vec![text_only, note], &commit, events)?;
-        self.observer.notice(&Notice::Failed {
-            reason: reason.clone(),
-        });
-        Ok(self.outcome(lp, RunStatus::Failed, Some(reason)))
-    }
-
-    fn outcome(&self, lp: &Loop, status: RunStatus, reason: Option<String>) -> RunOutcome {
-        let answer = lp
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.role == Role::Assistant && !m.joined_text().is_empty())
-            .map(Message::joined_text);
-        RunOutcome {
-            run_id: self.run_id().clone(),
-            status,
-            answer,
-            steps: lp.state.steps,
-            input_tokens: lp.state.input_tokens,
-            output_tokens: lp.state.output_tokens,
-            escalation_id: None,
-            reason,
-        }
+    fn state_json(&self, state: &LoopState) -> Result<String, RunError> {
+        serde_json::to_string(state).map_err(|source| RunError::State {
+            run: self.run_id().clone(),
+            source,
+        })
     }
 }
 
-fn describe_call<'a>(step: u32, call: &'a ToolCall, r: &'a CallRecord) -> CallFinished<'a> {
-    let kind = r
-        .result
-        .get("error")
-        .and_then(Value::as_str)
-        .and_then(ErrorKind::parse);
-    CallFinished {
-        step,
-        tool: &call.name,
-        attempts: r.attempts,
-        via: r.via.as_deref(),
-        failed: r.is_error.then_some(kind),
+impl Drive<'_> {
+    /// Performs one effect; a request effect answers with the event it waited for.
+    async fn perform(
+        &mut self,
+        m: &Machine<'_>,
+        effect: Effect,
+    ) -> Result<Option<Event>, RunError> {
+        let r = self.runner;
+        let (store, lease) = (&r.store, &r.lease);
+        match effect {
+            Effect::LoadStep { step } => return Ok(Some(self.load_step(step)?)),
+            Effect::AskModel(ask) => return Ok(Some(self.ask(m, &ask).await)),
+            Effect::RunCall(call) => return Ok(Some(self.run_call(m, *call).await)),
+            Effect::RecordModelTurn { step, response } => {
+                store.record_model_turn(lease, step, &response, &self.events.take())?;
+                fault::point("after_model_stored");
+            }
+            Effect::RecordEvents { step } => {
+                store.record_events(lease, step, &self.events.take())?
+            }
+            Effect::MarkStarted { step, call_id } => store.mark_started(lease, step, &call_id)?,
+            Effect::RecordOutcome { step, record } => {
+                store.record_outcome(lease, step, &record, &self.events.take())?;
+                fault::point("after_tool_outcome");
+            }
+            Effect::Trace(e) => self.events.emit(e),
+            Effect::CallFinished(c) => r.observer.call_finished(&c),
+            Effect::Notice(n) => r.observer.notice(&n),
+            Effect::Escalate {
+                step,
+                summary,
+                detail,
+                pause_as,
+            } => self.escalate(step, &summary, &detail, pause_as)?,
+            Effect::Commit(c) => self.commit(&c)?,
+            Effect::SetStatus { status, reason } => {
+                store.set_status(lease, status, Some(&reason))?
+            }
+            Effect::ApplyResolution {
+                escalation,
+                step,
+                notes,
+                state,
+                stop,
+            } => {
+                let json = r.state_json(&state)?;
+                let status = stop.as_deref().map(|reason| (RunStatus::Failed, reason));
+                store.apply_resolution(lease, escalation.0, step, &notes, &json, status)?;
+            }
+            // The loop in `Runner::run` ends on a stop before performing it.
+            Effect::Stop(_) => {}
+        }
+        Ok(None)
+    }
+
+    /// A step begun by an earlier process may have journaled outcomes and people's
+    /// decisions; a step whose model turn arrives now has neither, so its reads are
+    /// skipped on the hot path.
+    fn load_step(&self, step: u32) -> Result<Event, RunError> {
+        let r = self.runner;
+        let turn = r.store.model_turn(r.run_id(), step)?;
+        let (journal, escalations) = match turn {
+            Some(_) => (
+                r.store.journal_for_step(r.run_id(), step)?,
+                r.store.escalations_for_run(r.run_id())?,
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        Ok(Event::StepLoaded {
+            turn,
+            journal,
+            escalations,
+        })
+    }
+
+    async fn ask(&self, m: &Machine<'_>, ask: &Ask) -> Event {
+        let r = self.runner;
+        let live = observe::LiveView(r.observer.as_ref());
+        let req = ModelRequest {
+            system: &ask.system,
+            messages: m.messages().get(1..).unwrap_or(&[]),
+            tools: &ask.tools,
+            max_output_tokens: r.resolved.snapshot.max_output_tokens,
+            live: Some(&live),
+        };
+        let model = r
+            .resolved
+            .models
+            .first()
+            .map(|p| p.describe())
+            .unwrap_or_default();
+        r.observer.step_started(&StepStart {
+            step: ask.step,
+            max_steps: r.max_steps,
+            tokens: m.state().tokens_used(),
+            max_tokens: r.max_tokens,
+            model: &model,
+        });
+        let call = model::retry::complete(&r.resolved.models, &req, r.clock.as_ref(), &self.events);
+        match observe::with_heartbeat(r.observer.as_ref(), call).await {
+            Ok(response) => Event::ModelReplied(response),
+            Err(e) => Event::ModelFailed(e.to_string()),
+        }
+    }
+
+    /// Runs a call through the recovery chain, gated by the step's pending state.
+    async fn run_call(&self, m: &Machine<'_>, call: RunCall) -> Event {
+        let r = self.runner;
+        fault::point("after_tool_intent");
+        r.observer.call_started(&call.tool, call.max_attempts);
+        let key = crate::tools::idempotency_key(
+            r.run_id().as_str(),
+            &r.resolved.snapshot.call_salt,
+            &call.call_id,
+        );
+        let ctx = CallContext {
+            run_id: r.run_id().as_str(),
+            call_id: &call.call_id,
+            key: &key,
+            clock: r.clock.as_ref(),
+            events: &self.events,
+        };
+        let (tools, prompts) = (&r.resolved.tools, &r.resolved.snapshot.prompts);
+        let execution = match &call.approved_hop {
+            Some((hop, args)) => Execution::Done(
+                recovery::execute_approved_hop(tools, prompts, hop, args, &ctx).await,
+            ),
+            None => {
+                let guards = RunGuards {
+                    state: m.pending_state(),
+                    policy: &tools.policy,
+                    decision: call.decision.as_ref(),
+                };
+                let chain = Chain::new(
+                    tools,
+                    prompts,
+                    &guards,
+                    &call.call_id,
+                    &call.tool,
+                    call.args,
+                );
+                recovery::drive(chain, &ctx).await
+            }
+        };
+        fault::point("after_tool_effect");
+        Event::CallRan {
+            call_id: call.call_id,
+            execution,
+        }
+    }
+
+    fn escalate(
+        &mut self,
+        step: u32,
+        summary: &str,
+        detail: &EscalationDetail,
+        pause_as: Option<RunStatus>,
+    ) -> Result<(), RunError> {
+        let r = self.runner;
+        let new = NewEscalation {
+            step,
+            summary,
+            detail,
+        };
+        // A pause stores the trace so far with it; a report for a tool's owner does not.
+        let events = if pause_as.is_some() {
+            self.events.take()
+        } else {
+            Vec::new()
+        };
+        let id = r
+            .store
+            .create_escalation(&r.lease, &new, pause_as, &events)?;
+        self.escalation = Some(id);
+        r.observer.notice(&match pause_as {
+            Some(_) => Notice::Escalated {
+                id,
+                kind: detail.kind(),
+                summary: summary.to_string(),
+            },
+            None => Notice::ToolBugQueued { id },
+        });
+        Ok(())
+    }
+
+    fn commit(&mut self, c: &Commit) -> Result<(), RunError> {
+        let r = self.runner;
+        let state = r.state_json(&c.state)?;
+        let escalation = c
+            .escalation
+            .as_ref()
+            .map(|(summary, detail)| NewEscalation {
+                step: c.step,
+                summary,
+                detail,
+            });
+        let id = r.store.commit_step(
+            &r.lease,
+            &StepCommit {
+                step: c.step,
+                messages: &c.messages,
+                state: &state,
+                input_tokens: c.state.input_tokens,
+                output_tokens: c.state.output_tokens,
+                status: c.status,
+                answer: c.answer.as_deref(),
+                error: c.error.as_deref(),
+                outcome: c.outcome.as_ref(),
+                events: &self.events.take(),
+                escalation: escalation.as_ref(),
+            },
+        )?;
+        fault::point("after_commit");
+        if let (Some(id), Some((summary, detail))) = (id, &c.escalation) {
+            self.escalation = Some(id);
+            r.observer.notice(&Notice::Escalated {
+                id,
+                kind: detail.kind(),
+                summary: summary.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn outcome(&self, m: &Machine<'_>, stop: Stop) -> RunOutcome {
+        let (reason, escalation_id) = match stop.reason {
+            StopReason::None => (None, None),
+            StopReason::Text(t) => (Some(t), None),
+            StopReason::WaitingForEscalation => (
+                self.escalation
+                    .map(|id| format!("waiting for escalation {id}")),
+                self.escalation,
+            ),
+            StopReason::Escalated(summary) => (Some(summary), self.escalation),
+        };
+        let state = m.state();
+        RunOutcome {
+            run_id: self.runner.run_id().clone(),
+            status: stop.status,
+            answer: m.answer(),
+            steps: state.steps,
+            input_tokens: state.input_tokens,
+            output_tokens: state.output_tokens,
+            escalation_id,
+            reason,
+        }
     }
 }

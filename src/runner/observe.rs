@@ -2,9 +2,8 @@
 //! turns them into lines or a live status display (`cli::progress`); the runner never
 //! prints.
 
+pub use crate::machine::effects::{CallFinished, Notice};
 use crate::model::Delta;
-use crate::store::{EscalationId, EscalationKind};
-use crate::tools::outcome::ErrorKind;
 use crate::trace::TraceEvent;
 use std::time::Duration;
 
@@ -19,46 +18,12 @@ pub struct StepStart<'a> {
     pub model: &'a str,
 }
 
-/// A tool call that finished (or was answered from the journal or by a person).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallFinished<'a> {
-    pub step: u32,
-    pub tool: &'a str,
-    pub attempts: u32,
-    pub via: Option<&'a str>,
-    /// `Some` when the call failed; the kind when the result names one.
-    pub failed: Option<Option<ErrorKind>>,
-}
-
-/// Something the loop decided that the person watching should know.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Notice {
-    /// The budget guard stopped the run (the reason says which budget).
-    Stopped { reason: String },
-    /// The model answered; `degraded` when no tools were left.
-    FinalAnswer { step: u32, degraded: bool },
-    /// A pausing escalation was raised.
-    Escalated {
-        id: EscalationId,
-        kind: EscalationKind,
-        summary: String,
-    },
-    /// A tool-bug report was queued; the run goes on.
-    ToolBugQueued { id: EscalationId },
-    /// The stuck detector fired for the first time; the model was nudged.
-    Nudged { step: u32, what: String },
-    /// Every tool was withdrawn; the model is asked for an answer without tools.
-    Degraded,
-    /// The run ended as failed (model failure, truncated answer).
-    Failed { reason: String },
-}
-
 /// The runner's audience: live progress in the CLI, nothing in tests.
 pub trait Observer: Send + Sync {
     fn step_started(&self, s: &StepStart<'_>);
     /// A tool call is about to run (it may take up to `max_attempts` attempts).
     fn call_started(&self, tool: &str, max_attempts: u32);
-    fn call_finished(&self, c: &CallFinished<'_>);
+    fn call_finished(&self, c: &CallFinished);
     /// A trace event as it happens (attempts, waits, fallback hops, notes).
     fn event(&self, e: &TraceEvent);
     fn notice(&self, n: &Notice);
@@ -103,7 +68,7 @@ pub struct Unobserved;
 impl Observer for Unobserved {
     fn step_started(&self, _: &StepStart<'_>) {}
     fn call_started(&self, _: &str, _: u32) {}
-    fn call_finished(&self, _: &CallFinished<'_>) {}
+    fn call_finished(&self, _: &CallFinished) {}
     fn event(&self, _: &TraceEvent) {}
     fn notice(&self, _: &Notice) {}
 }

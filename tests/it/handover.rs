@@ -1,7 +1,7 @@
 //! Escalation handovers: what a person reads to act without redoing the agent's work.
 
+use agentrun::machine::escalate::Raise;
 use agentrun::model::{Message, Part, Role};
-use agentrun::runner::escalate::Raise;
 use agentrun::store::Facts;
 use serde_json::json;
 

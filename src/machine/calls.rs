@@ -1,0 +1,502 @@
+//! One tool call inside a step: reuse a journaled outcome, refuse a tool not offered,
+//! honour a person's decision, handle a call a crash interrupted, hand the rest to the
+//! recovery chain — or pause for a person.
+
+use super::effects::{CallFinished, Effect, RunCall, Stop, StopReason};
+use super::escalate::Raise;
+use super::{Machine, Step};
+use crate::config::{OnUnknown, ToolDef};
+use crate::model::{Message, ToolCall, ToolSpec};
+use crate::recovery::{CallOutcome, Execution};
+use crate::store::{
+    ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationKind, EscalationRow, Facts,
+    JournalEntry, QuestionFacts, Resolution, RunStatus,
+};
+use crate::taxonomy::ErrorKind;
+use crate::tools::outcome::ToolError;
+use crate::trace::{NoteKind, TraceEvent};
+use serde_json::{Value, json};
+
+pub const ASK_USER: &str = "ask_user";
+
+/// The built-in tool the model uses to ask a person a question.
+pub fn ask_user_spec() -> ToolSpec {
+    ToolSpec {
+        name: ASK_USER.into(),
+        description: "Ask the person responsible for this task a question only they can \
+                      answer (for example, to confirm an email address or an order number). \
+                      The run pauses until they reply; the reply is this tool's result."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "One clear question."}},
+            "required": ["question"]
+        }),
+    }
+}
+
+/// Where a call stands after the machine looked at it.
+enum Next {
+    /// It ended: its record, its error kind, and whether it was produced now.
+    Ended(Ended),
+    /// It waits for [`Effect::RunCall`]'s event, or the run paused.
+    Waiting,
+}
+
+pub(super) struct Ended {
+    pub record: CallRecord,
+    pub error: Option<ErrorKind>,
+    /// Produced now (not reused from the journal), so it still needs journaling.
+    pub fresh: bool,
+}
+
+impl Machine<'_> {
+    /// Walks the step's calls until one waits for the chain or a person, or the step
+    /// is done.
+    pub(super) fn advance(&mut self) -> Vec<Effect> {
+        let mut out = Vec::new();
+        loop {
+            let Some(step) = self.step.as_ref() else {
+                return out;
+            };
+            if step.at >= step.calls.len() {
+                out.extend(self.finish_step());
+                return out;
+            }
+            match self.begin_call(&mut out) {
+                Next::Ended(ended) => out.extend(self.ended(ended)),
+                Next::Waiting => return out,
+            }
+        }
+    }
+
+    fn current(&self) -> Option<(&Step, &ToolCall)> {
+        let step = self.step.as_ref()?;
+        Some((step, step.calls.get(step.at)?))
+    }
+
+    fn begin_call(&mut self, out: &mut Vec<Effect>) -> Next {
+        let Some((step, call)) = self.current() else {
+            return Next::Waiting;
+        };
+        let call = call.clone();
+        if let Some(ended) = journaled(step.journal.get(&call.id)) {
+            return Next::Ended(ended);
+        }
+        let max = crate::model::limits::MAX_CALLS_PER_TURN;
+        if step.at >= max {
+            // DESIGN §3 Limits (issue 12 item 7): one turn may not run unbounded work.
+            let err = ToolError::new(
+                ErrorKind::TooManyCalls,
+                format!("more than {max} tool calls in one turn; this one was not made"),
+            );
+            return Next::Ended(self.made(&call, Err(err), 0));
+        }
+        if !step.offered.contains(&call.name) {
+            // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
+            // step (outside the task's subset, withdrawn, or the run is degraded) is
+            // as unknown to the model as one never defined (issue 12).
+            let err = ToolError::new(
+                ErrorKind::UnknownTool,
+                format!("no tool named `{}` is available in this step", call.name),
+            );
+            return Next::Ended(self.made(&call, Err(err), 0));
+        }
+        if call.name == ASK_USER {
+            return self.ask_user(&call, out);
+        }
+        let def = self.rules.tools.tools.get(&call.name);
+        let interrupted = step.journal.get(&call.id).is_some_and(|e| e.started);
+        let unknown = self.decided(&call, EscalationKind::OutcomeUnknown).cloned();
+        if let (true, Some(def)) = (interrupted || unknown.is_some(), def)
+            && let Some(next) = self.after_unknown(&call, def, unknown.as_ref(), out)
+        {
+            return next;
+        }
+        self.run(&call, def, out)
+    }
+
+    /// The latest decision of this kind on this call, if any.
+    fn decided(&self, call: &ToolCall, kind: EscalationKind) -> Option<&Resolution> {
+        let step = self.step.as_ref()?;
+        let d = step.decisions.get(&call.id).filter(|d| d.kind == kind)?;
+        d.resolution.as_ref()
+    }
+
+    /// Hands the call to the recovery chain (or a decided fallback hop).
+    fn run(&mut self, call: &ToolCall, def: Option<&ToolDef>, out: &mut Vec<Effect>) -> Next {
+        let mut args = call.args.clone();
+        let modified = match self.decided(call, EscalationKind::ApprovalRequired) {
+            Some(Resolution::Modify { args: new }) => Some(new.clone()),
+            _ => None,
+        };
+        if let Some(new) = &modified {
+            args = new.clone();
+        }
+        let Some(step) = self.step.as_mut() else {
+            return Next::Waiting;
+        };
+        step.modified = modified;
+        let number = step.number;
+        let decision = step.decisions.get(&call.id).cloned();
+        if self.must_not_repeat(&call.name) {
+            out.push(Effect::MarkStarted {
+                step: number,
+                call_id: call.id.clone(),
+            });
+        }
+        let approved_hop = match self.decided_hop(call, decision.as_ref()) {
+            Some(Ok(hop)) => Some(hop),
+            Some(Err(denied)) => return Next::Ended(denied),
+            None => None,
+        };
+        out.push(Effect::RunCall(Box::new(RunCall {
+            step: number,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            args,
+            approved_hop,
+            decision,
+            max_attempts: def.map_or(1, |d| d.retry.attempts),
+        })));
+        Next::Waiting
+    }
+
+    /// A person decided on the fallback hop this call paused at: run that hop
+    /// (approved: its name and arguments) or report the denial, without re-running
+    /// the tools that failed before it.
+    fn decided_hop(
+        &self,
+        call: &ToolCall,
+        decision: Option<&EscalationRow>,
+    ) -> Option<Result<(String, Value), Ended>> {
+        let d = decision?;
+        let Facts::ApprovalRequired(f) = &d.detail.facts else {
+            return None;
+        };
+        if f.tool == call.name {
+            return None;
+        }
+        match d.resolution.as_ref()? {
+            Resolution::Approve => Some(Ok((f.tool.clone(), f.args.clone()))),
+            Resolution::Deny { reason } => {
+                let err = ToolError::new(
+                    ErrorKind::ApprovalDenied,
+                    format!(
+                        "{} failed, and a person declined its fallback {}: {reason}",
+                        call.name, f.tool
+                    ),
+                );
+                let outcome = CallOutcome {
+                    content: err.to_model_json(0, self.rules.prompts.hint(err.kind)),
+                    is_error: true,
+                    error: Some(err.kind),
+                    attempts: 0,
+                    via: None,
+                };
+                Some(Err(record_of(call, outcome, None)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The chain's answer for the call in progress.
+    pub(super) fn call_ran(&mut self, call_id: &str, execution: Execution) -> Vec<Effect> {
+        let Some((step, call)) = self.current() else {
+            return Vec::new();
+        };
+        if call.id != call_id {
+            return Vec::new();
+        }
+        let call = call.clone();
+        let modified = step.modified.clone();
+        let mut out = Vec::new();
+        let next = match execution {
+            Execution::Done(o) if o.error == Some(ErrorKind::OutcomeUnknown) && o.via.is_none() => {
+                self.unknown_now(&call, o, modified, &mut out)
+            }
+            Execution::Done(o) => Next::Ended(record_of(&call, o, modified)),
+            Execution::Paused { tool, args } => {
+                self.pause_for_approval(&call, &tool, &args, &mut out)
+            }
+        };
+        if let Next::Ended(ended) = next {
+            out.extend(self.ended(ended));
+            out.extend(self.advance());
+        }
+        out
+    }
+
+    fn pause_for_approval(
+        &mut self,
+        call: &ToolCall,
+        tool: &str,
+        args: &Value,
+        out: &mut Vec<Effect>,
+    ) -> Next {
+        let problem = if tool != call.name {
+            format!(
+                "{} failed, and its fallback {tool} needs a person's approval before it runs with {args}",
+                call.name
+            )
+        } else {
+            format!("{tool} needs a person's approval before it runs with {args}")
+        };
+        let facts = Facts::ApprovalRequired(ApprovalFacts {
+            call_id: call.id.as_str().into(),
+            tool: tool.to_string(),
+            args: args.clone(),
+            digest: super::policy::call_key(tool, args),
+            requested_tool: call.name.clone(),
+        });
+        self.pause(problem, facts, RunStatus::AwaitingApproval, out)
+    }
+
+    /// Raises an escalation that blocks this call, and pauses.
+    fn pause(
+        &mut self,
+        problem: String,
+        facts: Facts,
+        status: RunStatus,
+        out: &mut Vec<Effect>,
+    ) -> Next {
+        let (summary, detail) = Raise {
+            messages: &self.messages,
+            problem,
+            facts,
+        }
+        .build();
+        let step = self.step.take().map_or(self.state.steps + 1, |s| s.number);
+        out.push(Effect::Escalate {
+            step,
+            summary,
+            detail,
+            pause_as: Some(status),
+        });
+        out.push(Effect::Stop(Stop {
+            status,
+            reason: StopReason::WaitingForEscalation,
+        }));
+        Next::Waiting
+    }
+
+    fn ask_user(&mut self, call: &ToolCall, out: &mut Vec<Effect>) -> Next {
+        let content = match self.decided(call, EscalationKind::Question) {
+            Some(Resolution::Reply { text }) => Ok(json!({"answer": text})),
+            Some(Resolution::Deny { reason }) => Err(ToolError::new(
+                ErrorKind::ApprovalDenied,
+                format!("the person declined to answer: {reason}"),
+            )),
+            _ => {
+                let question = call
+                    .args
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .unwrap_or("(no question given)");
+                let facts = Facts::Question(QuestionFacts {
+                    call_id: call.id.as_str().into(),
+                    tool: ASK_USER.into(),
+                    question: question.to_string(),
+                });
+                let problem = format!("the agent asks: {question}");
+                return self.pause(problem, facts, RunStatus::Escalated, out);
+            }
+        };
+        Next::Ended(self.made(call, content, 0))
+    }
+
+    /// A non-idempotent call whose attempt ended without proof that it did not act
+    /// (a timeout, a reset, 500/502/504): handled exactly as a call lost in a crash —
+    /// the journal keeps it started without an outcome, and the run escalates, or the
+    /// model is told when the tool says `on_unknown = "tell_model"`.
+    fn unknown_now(
+        &mut self,
+        call: &ToolCall,
+        outcome: CallOutcome,
+        modified: Option<Value>,
+        out: &mut Vec<Effect>,
+    ) -> Next {
+        let message = outcome.content["message"]
+            .as_str()
+            .unwrap_or("it is unknown whether the call took effect")
+            .to_string();
+        out.push(Effect::Trace(TraceEvent::Note {
+            kind: NoteKind::OutcomeUnknown,
+            message: message.clone(),
+        }));
+        let def = self.rules.tools.tools.get(&call.name);
+        if def.is_some_and(|d| d.on_unknown == OnUnknown::TellModel) {
+            let mut ended = record_of(call, outcome, modified);
+            ended.record.status = CallStatus::Unknown;
+            return Next::Ended(ended);
+        }
+        let facts = Facts::OutcomeUnknown(CallFacts {
+            call_id: call.id.as_str().into(),
+            tool: call.name.clone(),
+            args: call.args.clone(),
+        });
+        self.pause(message, facts, RunStatus::Escalated, out)
+    }
+
+    /// A call that was started but has no outcome (the process died during it).
+    /// `None` means: run it (again).
+    fn after_unknown(
+        &mut self,
+        call: &ToolCall,
+        def: &ToolDef,
+        resolution: Option<&Resolution>,
+        out: &mut Vec<Effect>,
+    ) -> Option<Next> {
+        let message = format!(
+            "the run stopped while {} was running; it is unknown whether it took effect",
+            def.name
+        );
+        if resolution.is_none() && !def.idempotent {
+            out.push(Effect::Trace(TraceEvent::Note {
+                kind: NoteKind::OutcomeUnknown,
+                message: message.clone(),
+            }));
+        }
+        let content = match resolution {
+            Some(Resolution::Approve) => return None,
+            Some(Resolution::Reply { text }) => Ok(json!({"reported_by_person": text})),
+            Some(Resolution::Deny { reason }) => Err(ToolError::new(
+                ErrorKind::OutcomeUnknown,
+                format!("{message}; a person reports it did not take effect: {reason}"),
+            )),
+            Some(Resolution::Modify { .. }) | None if def.idempotent => return None,
+            _ if def.on_unknown == OnUnknown::TellModel => {
+                Err(ToolError::new(ErrorKind::OutcomeUnknown, message))
+            }
+            _ => {
+                let facts = Facts::OutcomeUnknown(CallFacts {
+                    call_id: call.id.as_str().into(),
+                    tool: def.name.clone(),
+                    args: call.args.clone(),
+                });
+                return Some(self.pause(message, facts, RunStatus::Escalated, out));
+            }
+        };
+        let mut ended = self.made(call, content, 0);
+        if ended.record.is_error {
+            ended.record.status = CallStatus::Unknown;
+        }
+        Some(Next::Ended(ended))
+    }
+
+    /// A result made by the loop itself (no chain ran).
+    fn made(&self, call: &ToolCall, content: Result<Value, ToolError>, attempts: u32) -> Ended {
+        let hints = self.rules.prompts;
+        let (result, error) = match content {
+            Ok(v) => (v, None),
+            Err(e) => (e.to_model_json(attempts, hints.hint(e.kind)), Some(e.kind)),
+        };
+        let is_error = error.is_some();
+        Ended {
+            record: CallRecord {
+                call_id: call.id.clone(),
+                status: if is_error {
+                    CallStatus::Error
+                } else {
+                    CallStatus::Ok
+                },
+                attempts,
+                result,
+                is_error,
+                via: None,
+            },
+            error,
+            fresh: true,
+        }
+    }
+
+    /// A call ended: tell, add its result to the transcript, apply the policies, and
+    /// journal it now when the step's commit is not next.
+    fn ended(&mut self, ended: Ended) -> Vec<Effect> {
+        let Some((step, call)) = self.current() else {
+            return Vec::new();
+        };
+        let call = call.clone();
+        let (number, last) = (step.number, step.at + 1 == step.calls.len());
+        let r = &ended.record;
+        let mut out = vec![Effect::CallFinished(CallFinished {
+            step: number,
+            tool: call.name.clone(),
+            attempts: r.attempts,
+            via: r.via.clone(),
+            failed: r.is_error.then_some(ended.error),
+        })];
+        let message = Message::tool_result(&call.id, r.result.clone(), r.is_error);
+        out.extend(self.after_call(&call, &ended, message));
+        // A non-idempotent outcome is journaled at once even when it is the last:
+        // should the step commit be lost, it is reused instead of becoming unknown.
+        let at_once = !last || self.must_not_repeat(&call.name);
+        let Some(step) = self.step.as_mut() else {
+            return out;
+        };
+        if ended.fresh && at_once {
+            out.push(Effect::RecordOutcome {
+                step: number,
+                record: ended.record,
+            });
+        } else if ended.fresh {
+            step.last_fresh = Some(ended.record);
+        }
+        step.at += 1;
+        step.modified = None;
+        out
+    }
+}
+
+fn journaled(entry: Option<&JournalEntry>) -> Option<Ended> {
+    let e = entry?;
+    let result = e.result.clone()?;
+    if !matches!(
+        e.status,
+        CallStatus::Ok | CallStatus::Error | CallStatus::Unknown
+    ) {
+        return None;
+    }
+    // Read back from the store: the kind is parsed at this boundary only.
+    let error = e
+        .is_error
+        .then(|| result.get("error").and_then(Value::as_str))
+        .flatten()
+        .and_then(ErrorKind::parse);
+    Some(Ended {
+        record: CallRecord {
+            call_id: e.call_id.clone(),
+            status: e.status,
+            attempts: e.attempts,
+            result,
+            is_error: e.is_error,
+            via: e.via.clone(),
+        },
+        error,
+        fresh: false,
+    })
+}
+
+fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>) -> Ended {
+    // A person changed the arguments: the model must know what actually ran.
+    let result = match (modified, o.is_error) {
+        (Some(args), false) => json!({"result": o.content, "args_modified_by_person": args}),
+        _ => o.content,
+    };
+    Ended {
+        record: CallRecord {
+            call_id: call.id.clone(),
+            status: if o.is_error {
+                CallStatus::Error
+            } else {
+                CallStatus::Ok
+            },
+            attempts: o.attempts,
+            result,
+            is_error: o.is_error,
+            via: o.via,
+        },
+        error: o.error,
+        fresh: true,
+    }
+}

@@ -1,0 +1,192 @@
+//! What goes into the machine (events) and what comes out (effects), as plain data.
+//!
+//! An effect marked *request* waits for its event: the machine returns nothing after it
+//! in the same batch. Every other effect is performed in order and answers nothing.
+
+use super::state::LoopState;
+use crate::model::{Message, ModelResponse, ToolSpec};
+use crate::recovery::Execution;
+use crate::store::{
+    CallRecord, EscalationDetail, EscalationId, EscalationKind, EscalationRow, JournalEntry,
+    RunStatus,
+};
+use crate::taxonomy::ErrorKind;
+use crate::trace::TraceEvent;
+use serde_json::Value;
+
+/// What happened.
+#[derive(Debug)]
+pub enum Event {
+    /// The run is (re)started: every escalation of the run, so decisions people made
+    /// between steps are carried in.
+    Start {
+        escalations: Vec<EscalationRow>,
+    },
+    /// What an earlier process stored for the step ([`Effect::LoadStep`]): the model's
+    /// response, the calls' journal and the run's escalations; `None` when the step
+    /// has not begun (the journal and escalations are then not read).
+    StepLoaded {
+        turn: Option<ModelResponse>,
+        journal: Vec<JournalEntry>,
+        escalations: Vec<EscalationRow>,
+    },
+    ModelReplied(ModelResponse),
+    /// The model call failed after its retries and fallbacks.
+    ModelFailed(String),
+    /// A call ran through the recovery chain ([`Effect::RunCall`]).
+    CallRan {
+        call_id: String,
+        execution: Execution,
+    },
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Record a person's decision on a between-step escalation as applied, with the
+    /// notes and loop state it leads to (and the run's end, when it stops it).
+    ApplyResolution {
+        escalation: EscalationId,
+        step: u32,
+        notes: Vec<Message>,
+        state: LoopState,
+        stop: Option<String>,
+    },
+    /// *Request*: read what is stored for `step` ([`Event::StepLoaded`]).
+    LoadStep {
+        step: u32,
+    },
+    /// *Request*: ask the model ([`Event::ModelReplied`] or [`Event::ModelFailed`]).
+    AskModel(Ask),
+    /// Journal the model's response for the step.
+    RecordModelTurn {
+        step: u32,
+        response: ModelResponse,
+    },
+    /// Store the trace so far under `step` (nothing else is written).
+    RecordEvents {
+        step: u32,
+    },
+    /// A call whose effect must not happen twice is about to begin.
+    MarkStarted {
+        step: u32,
+        call_id: String,
+    },
+    /// *Request*: run a call through the recovery chain ([`Event::CallRan`]).
+    RunCall(Box<RunCall>),
+    /// A trace event (stored with the step's next write).
+    Trace(TraceEvent),
+    /// For the person watching.
+    CallFinished(CallFinished),
+    Notice(Notice),
+    /// Journal a finished call's outcome now, before the step commits.
+    RecordOutcome {
+        step: u32,
+        record: CallRecord,
+    },
+    /// Queue an escalation; `pause_as` pauses the run with that status.
+    Escalate {
+        step: u32,
+        summary: String,
+        detail: EscalationDetail,
+        pause_as: Option<RunStatus>,
+    },
+    /// Commit the step: its messages and loop state, atomically.
+    Commit(Box<Commit>),
+    SetStatus {
+        status: RunStatus,
+        reason: String,
+    },
+    /// The run stops here (it may be resumed later).
+    Stop(Stop),
+}
+
+/// A model request: the system text (with the budget line) and the tools offered; the
+/// messages are the machine's transcript after the system prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    pub step: u32,
+    pub system: String,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// A call for the recovery chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunCall {
+    pub step: u32,
+    pub call_id: String,
+    /// The tool the model asked for, and the arguments to run it with (a person's
+    /// modified arguments, when given).
+    pub tool: String,
+    pub args: Value,
+    /// A fallback hop a person approved: run that hop alone with its arguments.
+    pub approved_hop: Option<(String, Value)>,
+    /// The decided escalation for this call, for the approval gate.
+    pub decision: Option<EscalationRow>,
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit {
+    pub step: u32,
+    pub messages: Vec<Message>,
+    pub state: LoopState,
+    pub status: RunStatus,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    /// The step's last call outcome, when it was not journaled on its own.
+    pub outcome: Option<CallRecord>,
+    /// A pausing escalation raised by the step: summary and detail.
+    pub escalation: Option<(String, EscalationDetail)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop {
+    pub status: RunStatus,
+    pub reason: StopReason,
+}
+
+/// Why the run stopped, as `RunOutcome.reason` says it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    None,
+    Text(String),
+    /// Paused on the escalation just queued: "waiting for escalation N".
+    WaitingForEscalation,
+    /// The step committed with an escalation: its summary.
+    Escalated(String),
+}
+
+/// A tool call that finished (or was answered from the journal or by a person).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallFinished {
+    pub step: u32,
+    pub tool: String,
+    pub attempts: u32,
+    pub via: Option<String>,
+    /// `Some` when the call failed; the kind when the result names one.
+    pub failed: Option<Option<ErrorKind>>,
+}
+
+/// Something the loop decided that the person watching should know.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// The budget guard stopped the run (the reason says which budget).
+    Stopped { reason: String },
+    /// The model answered; `degraded` when no tools were left.
+    FinalAnswer { step: u32, degraded: bool },
+    /// A pausing escalation was raised.
+    Escalated {
+        id: EscalationId,
+        kind: EscalationKind,
+        summary: String,
+    },
+    /// A tool-bug report was queued; the run goes on.
+    ToolBugQueued { id: EscalationId },
+    /// The stuck detector fired for the first time; the model was nudged.
+    Nudged { step: u32, what: String },
+    /// Every tool was withdrawn; the model is asked for an answer without tools.
+    Degraded,
+    /// The run ended as failed (model failure, truncated answer).
+    Failed { reason: String },
+}

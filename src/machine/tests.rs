@@ -1,0 +1,1 @@
+//! Transition tests of the loop machine.
