@@ -1,11 +1,13 @@
 //! The agentrun binary: parse arguments, run, map the result to an exit code.
 
-use agentrun::cli::{self, Cli, Exit};
-use clap::Parser;
+use agentrun::cli::{self, Exit};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let parsed = Cli::parse();
+    let parsed = match cli::parse() {
+        Ok(parsed) => parsed,
+        Err(code) => return ExitCode::from(code as u8),
+    };
     let code = match cli::run(parsed) {
         Ok(exit) => exit,
         // The reader went away (`agentrun runs list --json | head`): nothing to say.

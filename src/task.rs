@@ -85,6 +85,97 @@ impl FrontMatter {
     }
 }
 
+/// What each front-matter key must be, checked before serde reads the table so a
+/// wrong type names its key and says what fits (serde's "invalid type: string
+/// \"lots\", expected i64" names neither; issue 13).
+const KEYS: &[(&str, Kind)] = &[
+    ("model", Kind::Model),
+    ("max_steps", Kind::Integer),
+    ("max_tokens", Kind::Integer),
+    ("tools", Kind::Names),
+    ("max_output_tokens", Kind::Integer),
+    ("max_output_tokens_retry", Kind::Integer),
+    ("temperature", Kind::Number),
+    ("tool_choice", Kind::Text),
+    ("stream", Kind::Bool),
+    ("timeout", Kind::Duration),
+    ("idle_timeout", Kind::Duration),
+    ("connect_timeout", Kind::Duration),
+    ("context_window", Kind::Integer),
+];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Model,
+    Integer,
+    Number,
+    Names,
+    Text,
+    Duration,
+    Bool,
+}
+
+impl Kind {
+    fn fits(self, v: &toml::Value) -> bool {
+        let strings = |v: &toml::Value| v.as_array().is_some_and(|a| a.iter().all(|x| x.is_str()));
+        match self {
+            Kind::Model => v.is_str() || strings(v),
+            Kind::Integer => v.is_integer(),
+            Kind::Number => v.is_float() || v.is_integer(),
+            Kind::Names => strings(v),
+            Kind::Text | Kind::Duration => v.is_str(),
+            Kind::Bool => v.is_bool(),
+        }
+    }
+
+    fn wanted(self) -> &'static str {
+        match self {
+            Kind::Model => "a string such as \"openai:gpt-4o-mini\", or a list of them",
+            Kind::Integer => "a whole number",
+            Kind::Number => "a number",
+            Kind::Names => "a list of tool names, such as [\"search_kb\"]",
+            Kind::Text => "a string",
+            Kind::Duration => "a duration string such as \"30s\"",
+            Kind::Bool => "true or false",
+        }
+    }
+}
+
+fn type_name(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a number with a fraction",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a date",
+        toml::Value::Array(_) => "a list",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+/// Unknown keys and wrong types, each named, before serde sees the text.
+fn check_keys(text: &str) -> Result<(), String> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| format!("front matter: {}", one_line(e.message())))?;
+    for (key, v) in &table {
+        let Some((_, kind)) = KEYS.iter().find(|(k, _)| k == key) else {
+            let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+            return Err(format!(
+                "front matter: unknown key `{key}` (the keys are {})",
+                names.join(", ")
+            ));
+        };
+        if !kind.fits(v) {
+            return Err(format!(
+                "front matter: `{key}` must be {}, not {} ({v})",
+                kind.wanted(),
+                type_name(v)
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum OneOrMany {
@@ -107,8 +198,11 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
     };
     let (front, body) = split_front_matter(text).map_err(err)?;
     let fm: FrontMatter = match front {
-        Some(f) => toml::from_str(f)
-            .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?,
+        Some(f) => {
+            check_keys(f).map_err(&err)?;
+            toml::from_str(f)
+                .map_err(|e| err(format!("front matter: {}", one_line(e.message()))))?
+        }
         None => toml::from_str("").map_err(|e| err(format!("front matter: {e}")))?,
     };
     let settings = fm
@@ -157,6 +251,13 @@ fn positive(v: Option<i64>, key: &str) -> Result<Option<i64>, String> {
 fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text.strip_prefix("+++") else {
+        if looks_like_yaml_front_matter(text) {
+            return Err(
+                "front matter is TOML between `+++` lines, not YAML between `---`: \
+                        write `+++`, then `model = \"openai:gpt-4o-mini\"`, then `+++`"
+                    .into(),
+            );
+        }
         return Ok((None, text));
     };
     let rest = rest
@@ -171,6 +272,21 @@ fn split_front_matter(text: &str) -> Result<(Option<&str>, &str), String> {
         offset += line.len();
     }
     Err("front matter opened with `+++` is never closed".into())
+}
+
+/// `---` on the first line, a `key: value` line and a closing `---`: the YAML front
+/// matter of other tools, which would otherwise become part of the prompt.
+fn looks_like_yaml_front_matter(text: &str) -> bool {
+    let mut lines = text.lines();
+    if lines.next().map(str::trim_end) != Some("---") {
+        return false;
+    }
+    let block: Vec<&str> = lines.take_while(|l| l.trim_end() != "---").collect();
+    block.iter().any(|l| {
+        l.split_once(':').is_some_and(|(k, _)| {
+            !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+    }) && text.lines().skip(1).any(|l| l.trim_end() == "---")
 }
 
 fn one_line(s: &str) -> String {
@@ -226,10 +342,36 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(parse_str(input).unwrap_err(), want, "input {input:?}");
         }
-        assert!(
-            parse_str("+++\nbogus = 1\n+++\nx")
-                .unwrap_err()
-                .starts_with("t.md: front matter: unknown field `bogus`")
+        assert_eq!(
+            parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window)"
         );
+    }
+
+    #[test]
+    fn type_errors_name_the_key_and_what_fits() {
+        assert_eq!(
+            parse_str("+++\nmax_steps = \"lots\"\n+++\nx").unwrap_err(),
+            "t.md: front matter: `max_steps` must be a whole number, not a string (\"lots\")"
+        );
+        assert_eq!(
+            parse_str("+++\ntools = \"search_kb\"\n+++\nx").unwrap_err(),
+            "t.md: front matter: `tools` must be a list of tool names, such as [\"search_kb\"], not a string (\"search_kb\")"
+        );
+        assert!(
+            parse_str("+++\nmodel = 4\n+++\nx")
+                .unwrap_err()
+                .starts_with("t.md: front matter: `model` must be a string such as")
+        );
+    }
+
+    #[test]
+    fn yaml_front_matter_says_it_must_be_toml() {
+        assert_eq!(
+            parse_str("---\nmodel: openai:gpt-4o\n---\nDo it.").unwrap_err(),
+            "t.md: front matter is TOML between `+++` lines, not YAML between `---`: write `+++`, then `model = \"openai:gpt-4o-mini\"`, then `+++`"
+        );
+        // A Markdown rule that opens a task is not front matter.
+        assert!(parse_str("---\nJust a rule above the text.\n").is_ok());
     }
 }

@@ -1,10 +1,11 @@
 //! `agentrun completions SHELL` and `agentrun man`: generated from the clap
 //! definitions, so they never drift from `--help`.
 
-use super::{Cli, Exit};
+use super::{BadInput, Exit};
 use anyhow::Context;
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
+use std::path::PathBuf;
 
 /// Print a shell completion script.
 ///
@@ -23,25 +24,197 @@ pub struct CompletionsArgs {
 pub fn completions(args: &CompletionsArgs) -> anyhow::Result<Exit> {
     // Into a buffer first: clap_complete panics when its writer fails (`| head`).
     let mut script = Vec::new();
-    clap_complete::generate(args.shell, &mut Cli::command(), "agentrun", &mut script);
+    clap_complete::generate(args.shell, &mut super::command(), "agentrun", &mut script);
+    // Run ids are data, not part of the CLI definition: the shells ask agentrun for
+    // them (`runs list --json`) when a command takes one.
+    match args.shell {
+        Shell::Bash => script.extend_from_slice(BASH_RUN_IDS.as_bytes()),
+        Shell::Fish => script.extend_from_slice(FISH_RUN_IDS.as_bytes()),
+        _ => {}
+    }
     print_bytes(&script)
 }
 
-/// Print the man page (roff) on stdout.
+const BASH_RUN_IDS: &str = r#"
+# Run ids for `resume`, `runs show|export|rm` (added by agentrun).
+_agentrun_run_ids() {
+    agentrun runs list --json 2>/dev/null | grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4
+}
+_agentrun_with_run_ids() {
+    local cur="${COMP_WORDS[COMP_CWORD]}" sub="${COMP_WORDS[1]}" subsub="${COMP_WORDS[2]}"
+    if [[ "$cur" != -* ]]; then
+        if { [[ "$sub" == resume ]] && (( COMP_CWORD == 2 )); } ||
+           { [[ "$sub" == runs ]] && [[ "$subsub" =~ ^(show|export|rm)$ ]] && (( COMP_CWORD >= 3 )); }; then
+            COMPREPLY=( $(compgen -W "$(_agentrun_run_ids)" -- "$cur") )
+            return 0
+        fi
+    fi
+    _agentrun "$@"
+}
+complete -F _agentrun_with_run_ids -o nosort -o bashdefault -o default agentrun
+"#;
+
+const FISH_RUN_IDS: &str = r#"
+# Run ids for `resume`, `runs show|export|rm` (added by agentrun).
+function __agentrun_run_ids
+    agentrun runs list --json 2>/dev/null | string match -r -a -g '"id":"([0-9a-f]+)"'
+end
+complete -c agentrun -n "__fish_seen_subcommand_from resume" -f -a "(__agentrun_run_ids)"
+complete -c agentrun -n "__fish_seen_subcommand_from runs; and __fish_seen_subcommand_from show export rm" -f -a "(__agentrun_run_ids)"
+"#;
+
+/// Print a man page (roff) on stdout, or write them all into a folder.
 ///
-/// Example:
+/// Examples:
 ///   agentrun man > /usr/local/share/man/man1/agentrun.1
+///   agentrun man runs list | man -l -
+///   agentrun man --dir /usr/local/share/man/man1     # agentrun.1, agentrun-start.1, …
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
-pub struct ManArgs {}
-
-pub fn man() -> anyhow::Result<Exit> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut page)
-        .context("cannot render the man page")?;
-    print_bytes(title_first(&String::from_utf8_lossy(&page)).as_bytes())
+pub struct ManArgs {
+    /// The command whose page to print, such as `start` or `runs list`.
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Write every page into this folder instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
+
+pub fn man(args: &ManArgs) -> anyhow::Result<Exit> {
+    let mut root = super::command().disable_help_subcommand(true);
+    root.build();
+    if let Some(dir) = &args.dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut written = 0;
+        for cmd in all_commands(&root) {
+            let man = clap_mangen::Man::new(cmd.clone());
+            let path = dir.join(man.get_filename());
+            std::fs::write(&path, page(&cmd)?)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            written += 1;
+        }
+        eprintln!("agentrun: wrote {written} man pages into {}", dir.display());
+        return Ok(Exit::Completed);
+    }
+    let mut cmd = &root;
+    for name in &args.command {
+        cmd = cmd.find_subcommand(name).ok_or_else(|| {
+            let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+            BadInput(format!(
+                "man: no command `{}`; the commands are: {}",
+                args.command.join(" "),
+                names.join(", ")
+            ))
+        })?;
+    }
+    print_bytes(page(cmd)?.as_bytes())
+}
+
+/// The command and every subcommand below it, depth first.
+fn all_commands(cmd: &clap::Command) -> Vec<clap::Command> {
+    let mut out = vec![cmd.clone()];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        out.extend(all_commands(sub));
+    }
+    out
+}
+
+/// One page: clap's sections, then EXIT STATUS, ENVIRONMENT and FILES, which every
+/// command shares.
+fn page(cmd: &clap::Command) -> anyhow::Result<String> {
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    let mut render = || -> std::io::Result<()> {
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        man.render_synopsis_section(&mut out)?;
+        man.render_description_section(&mut out)?;
+        if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+            man.render_options_section(&mut out)?;
+        }
+        if cmd.has_subcommands() {
+            man.render_subcommands_section(&mut out)?;
+        }
+        if cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some() {
+            man.render_extra_section(&mut out)?;
+        }
+        out.extend_from_slice(SHARED_SECTIONS.as_bytes());
+        if cmd.get_version().is_some() {
+            man.render_version_section(&mut out)?;
+        }
+        Ok(())
+    };
+    render().context("cannot render the man page")?;
+    // Each section clap renders repeats the apostrophe definition; once is enough.
+    let text = String::from_utf8_lossy(&out);
+    let (head, tail) = text.split_at(text.find(APOSTROPHE).map_or(0, |i| i + APOSTROPHE.len()));
+    Ok(title_first(&format!(
+        "{head}{}",
+        tail.replace(APOSTROPHE, "")
+    )))
+}
+
+const APOSTROPHE: &str = ".ie \\n(.g .ds Aq \\(aq\n.el .ds Aq '\n";
+
+/// roff for the sections clap does not generate.
+const SHARED_SECTIONS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+completed
+.TP
+\fB1\fR
+the run failed (e.g. the model API kept failing), or an internal error
+.TP
+\fB2\fR
+bad usage, bad config or bad input; nothing was written
+.TP
+\fB3\fR
+waiting for a human (escalated, or awaiting approval)
+.TP
+\fB4\fR
+stopped by a guard: the step or token budget is spent
+.TP
+\fB130\fR
+interrupted (Ctrl\-C or SIGTERM); the run is checkpointed and resumable
+.SH ENVIRONMENT
+.TP
+\fBAGENTRUN_DB\fR
+the database, as \-\-db
+.TP
+\fBAGENTRUN_MODEL\fR
+the model for tasks whose front matter names none
+.TP
+\fBAGENTRUN_TOOLS\fR
+the tools.toml, as \-\-tools
+.TP
+\fBAGENTRUN_CONFIG\fR
+the config file (default: .agentrun/config.toml beside the database)
+.TP
+\fBOPENAI_API_KEY\fR, \fBOPENAI_BASE_URL\fR
+the openai: provider (any Chat Completions server: vLLM, Ollama, llama.cpp, LiteLLM)
+.TP
+\fBANTHROPIC_API_KEY\fR, \fBANTHROPIC_BASE_URL\fR
+the anthropic: provider
+.TP
+\fBNO_COLOR\fR
+no colour, even on a terminal
+.TP
+\fBCOLUMNS\fR
+the width of tables such as runs list
+.TP
+\fBUSER\fR
+who resolved an escalation, unless \-\-by says
+.SH FILES
+.TP
+\fB.agentrun/agentrun.db\fR
+the runs, found in the current folder or the nearest one above it that has .agentrun/
+.TP
+\fB.agentrun/config.toml\fR
+defaults: model, database, tools
+.TP
+\fBtools.toml\fR
+the tools, found beside the task file or in a folder above it, else in the current folder
+"#;
 
 /// roff's renderer starts with two lines defining an apostrophe string; tools that
 /// index man pages (`whatis`, `lexgrog`) look for `.TH` first, and the string works

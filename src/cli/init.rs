@@ -24,7 +24,12 @@ use std::path::{Path, PathBuf};
 #[command(verbatim_doc_comment)]
 pub struct InitArgs {
     /// Folder to write into (created if missing) [default: the current folder]
-    #[arg(long, value_name = "PATH", default_value = ".")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = ".",
+        hide_default_value = true
+    )]
     pub dir: PathBuf,
 }
 

@@ -76,16 +76,30 @@ pub struct BadInput(pub String);
 ///   agentrun runs list
 ///   agentrun runs show RUN_ID
 #[derive(Debug, Parser)]
-#[command(name = "agentrun", version, max_term_width = 100, verbatim_doc_comment)]
+#[command(
+    name = "agentrun",
+    version,
+    max_term_width = 100,
+    verbatim_doc_comment,
+    after_help = GLOBAL_HELP
+)]
 pub struct Cli {
-    /// SQLite database holding all runs [default: .agentrun/agentrun.db]
-    #[arg(long, global = true, env = "AGENTRUN_DB", value_name = "PATH")]
+    // The three global options are hidden from the generated lists, so they do not
+    // repeat in every subcommand's help (issue 13); GLOBAL_HELP describes them once.
+    /// SQLite database holding all runs.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTRUN_DB",
+        value_name = "PATH",
+        hide = true
+    )]
     pub db: Option<PathBuf>,
     /// Print exactly one JSON object (or array) on stdout when the command ends.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, hide = true)]
     pub json: bool,
     /// No progress lines on stderr.
-    #[arg(long, short, global = true)]
+    #[arg(long, short, global = true, hide = true)]
     pub quiet: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -113,6 +127,58 @@ pub enum Command {
 }
 
 pub use settings::DEFAULT_DB;
+
+/// The global options, described once (top-level help and man page).
+const GLOBAL_HELP: &str = "\
+Global options (any command, before or after it):
+      --db <PATH>  SQLite database holding all runs (env AGENTRUN_DB) [default: the nearest
+                   .agentrun/agentrun.db from here up, else ./.agentrun/agentrun.db]
+      --json       Print exactly one JSON object (or array) on stdout when the command ends
+  -q, --quiet      No progress lines on stderr
+
+Settings, strongest first: the command line; AGENTRUN_DB, AGENTRUN_MODEL, AGENTRUN_TOOLS;
+the config file (AGENTRUN_CONFIG, else .agentrun/config.toml beside the database, keys
+model, database, tools). Manual pages: `agentrun man [COMMAND]`.";
+
+/// Pointed to from every subcommand's help instead of repeating the list.
+const GLOBAL_HINT: &str = "Global options: --db PATH, --json, --quiet (see `agentrun --help`).";
+
+/// The clap command with the global-options hint on every subcommand: what `main`
+/// parses with, and what completions and man pages are generated from.
+pub fn command() -> clap::Command {
+    fn hint(cmd: clap::Command) -> clap::Command {
+        cmd.after_help(GLOBAL_HINT).mut_subcommands(hint)
+    }
+    <Cli as clap::CommandFactory>::command().mut_subcommands(hint)
+}
+
+/// Parses the process arguments. Usage errors use agentrun's own style, `agentrun:
+/// …` (clap's is `error: …`), and exit 2; help and version print as usual.
+pub fn parse() -> Result<Cli, Exit> {
+    use clap::FromArgMatches;
+    use clap::error::ErrorKind;
+    let err = match command().try_get_matches() {
+        Ok(m) => match Cli::from_arg_matches(&m) {
+            Ok(cli) => return Ok(cli),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        err.exit();
+    }
+    let text = err.render().to_string();
+    eprint!(
+        "agentrun: {}",
+        text.strip_prefix("error: ").unwrap_or(&text)
+    );
+    Err(Exit::BadInput)
+}
 
 impl Cli {
     fn db_path(&self) -> PathBuf {
@@ -154,6 +220,6 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Init(args) => init::run(&cli, args),
         Command::Completions(args) => completions::completions(args),
-        Command::Man(_) => completions::man(),
+        Command::Man(args) => completions::man(args),
     }
 }

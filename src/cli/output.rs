@@ -14,16 +14,25 @@ pub fn print_json(v: &Value) -> anyhow::Result<()> {
 }
 
 /// `{"run_id","status","answer","steps","tokens":{"input","output"},"escalation_id"}`.
+///
+/// A failed run has no answer: text it produced before failing (a response cut at the
+/// output-token limit) is `partial_answer`, so a script reading `answer` never takes
+/// it for one (issue 13).
 pub fn outcome_json(o: &RunOutcome) -> Value {
-    json!({
+    let failed = o.status == crate::store::RunStatus::Failed;
+    let mut v = json!({
         "run_id": o.run_id.as_str(),
         "status": o.status.as_str(),
-        "answer": o.answer,
+        "answer": if failed { None } else { o.answer.as_deref() },
         "steps": o.steps,
         "tokens": {"input": o.input_tokens, "output": o.output_tokens},
         "escalation_id": o.escalation_id.map(|id| id.to_string()),
         "reason": o.reason,
-    })
+    });
+    if failed {
+        v["partial_answer"] = json!(o.answer);
+    }
+    v
 }
 
 /// The run's final line(s) for stderr, without elapsed time (see

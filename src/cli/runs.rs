@@ -346,8 +346,7 @@ fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
 /// `runs show --follow`: the run so far, then its trace and the model's words as they
 /// are committed, until it stops (or its process is found gone).
 fn follow(store: &Store, id: &RunId) -> anyhow::Result<Exit> {
-    // Counted before rendering: whatever is committed while the render is read is then
-    // printed below (at worst twice), never lost between the two reads.
+    // Counted before the render: a line written in between may show twice, never not.
     let mut seen_events = store.events(id)?.len();
     let mut seen_seq = store.messages(id)?.last().map_or(0, |m| m.seq);
     output::print_out(&render(store, id)?)?;

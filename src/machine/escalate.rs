@@ -41,7 +41,7 @@ fn request_line(messages: &[Message]) -> String {
     truncate(&task.split_whitespace().collect::<Vec<_>>().join(" "), 240)
 }
 
-/// Successful calls, as `tool(args) → result` lines.
+/// Every call with its outcome: `tool(args) → result`, or `tool(args) ✗ kind: message`.
 fn checked_calls(messages: &[Message]) -> Vec<String> {
     let mut calls = std::collections::HashMap::new();
     let mut out = Vec::new();
@@ -57,13 +57,21 @@ fn checked_calls(messages: &[Message]) -> Vec<String> {
                 Part::ToolResult {
                     call_id,
                     content,
-                    is_error: false,
+                    is_error,
                 } => {
                     let call = calls
                         .get(call_id)
                         .cloned()
                         .unwrap_or_else(|| call_id.clone());
-                    out.push(format!("{call} → {}", truncate(&content.to_string(), 120)));
+                    if *is_error {
+                        // Failed calls were checked too: a breaker handover that said
+                        // "nothing yet" after three failures hid the work (issue 13).
+                        let kind = content["error"].as_str().unwrap_or("error");
+                        let message = content["message"].as_str().unwrap_or_default();
+                        out.push(format!("{call} ✗ {kind}: {}", truncate(message, 120)));
+                    } else {
+                        out.push(format!("{call} → {}", truncate(&content.to_string(), 120)));
+                    }
                 }
                 _ => {}
             }

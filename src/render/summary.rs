@@ -38,9 +38,21 @@ fn next_step(o: &RunOutcome) -> Option<String> {
     };
     match o.status {
         RunStatus::Completed => None,
-        RunStatus::BudgetExhausted => Some(format!(
-            "raise the budget with `agentrun resume {id} --max-steps N --max-tokens N` (new totals)"
-        )),
+        RunStatus::BudgetExhausted => {
+            // Name only the budget that ran out (issue 13); the reason is the guard's
+            // own message (`step budget spent: …` / `token budget spent: …`).
+            let reason = o.reason.as_deref().unwrap_or_default();
+            let flags = if reason.starts_with("step budget") {
+                "--max-steps N"
+            } else if reason.starts_with("token budget") {
+                "--max-tokens N"
+            } else {
+                "--max-steps N --max-tokens N"
+            };
+            Some(format!(
+                "raise the budget with `agentrun resume {id} {flags}` (N is the new total)"
+            ))
+        }
         RunStatus::AwaitingApproval | RunStatus::Escalated => Some(format!(
             "a person is needed: see {see}, resolve it, then `agentrun resume {id}`"
         )),

@@ -13,6 +13,7 @@ mod examples;
 mod first_hour;
 mod golden;
 mod handover;
+mod help;
 mod lease;
 mod models_e2e;
 mod providers;

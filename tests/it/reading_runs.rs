@@ -256,16 +256,24 @@ fn runs_show_follow_prints_new_steps_until_the_run_ends() {
     assert!(wait_until(20, || {
         p.run(&["runs", "list", "--json"]).json()[0]["stale"] == json!(false)
     }));
-    let follower = p
+    let mut follower = p
         .command(&["runs", "show", &id, "--follow"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn follow");
+    // Release the tool only once the follower has printed the run so far, so what
+    // comes next can only arrive as followed lines.
+    let mut stdout = std::io::BufReader::new(follower.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut first).expect("first line");
+    assert!(first.starts_with(&format!("run {id}")), "{first}");
     std::fs::remove_file(p.path().join("hold")).expect("release the tool");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("follow output");
     let out = follower.wait_with_output().expect("follow ends");
     let _ = resumer.wait_with_output();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = format!("{first}{rest}");
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("step 2: model: done"), "{text}");
     assert!(
