@@ -10,9 +10,11 @@ use crate::model::settings::SettingsInput;
 use crate::model::{ModelSettings, ModelSpec, Provider};
 use crate::prompts::{Prompts, PromptsError};
 use crate::task::{self, Task, TaskError};
+use crate::tools::mcp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const DEFAULT_MAX_STEPS: u32 = 30;
 pub const DEFAULT_MAX_TOKENS: u64 = 200_000;
@@ -43,8 +45,12 @@ pub struct Snapshot {
     pub models: Vec<String>,
     /// Script texts by spec, for `script:` models.
     pub scripts: BTreeMap<String, String>,
-    /// Tools offered to the model; `None` = all in tools.toml.
+    /// Tools offered to the model; `None` = all in tools.toml. `SERVER__*` is expanded
+    /// at start, so this lists names.
     pub tool_subset: Option<Vec<String>>,
+    /// The tools each MCP server offered at start: a resumed run offers the same.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_tools: mcp::Discovered,
     pub max_output_tokens: u32,
     /// How the model is asked (front matter and command line, defaults filled in).
     /// Absent in snapshots written before it existed: the defaults then.
@@ -90,13 +96,13 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         None => task::load(&opts.task)?,
     };
     let tools_path = find_tools(&opts.task, opts.tools.as_deref())?;
-    let (tools_toml, prompts) = match &tools_path {
+    let (tools_toml, prompts, cfg) = match &tools_path {
         Some(p) => {
-            let (_, text) = config::load(p)?;
+            let (cfg, text) = config::load(p)?;
             let dir = p.parent().unwrap_or(Path::new("."));
-            (text, Prompts::load(&dir.join("prompts"))?)
+            (text, Prompts::load(&dir.join("prompts"))?, cfg)
         }
-        None => (String::new(), Prompts::builtin()),
+        None => (String::new(), Prompts::builtin(), ToolsConfig::default()),
     };
     let models = match &opts.model {
         Some(m) => {
@@ -117,7 +123,15 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     let mut settings = ModelSettings::default();
     task.settings.apply(&mut settings);
     opts.settings.apply(&mut settings);
-    let snapshot = Snapshot {
+    // MCP servers start now and stay up for the run (discovery, issue 16).
+    let (pool, mcp_tools) = if cfg.mcp.is_empty() {
+        (None, mcp::Discovered::new())
+    } else {
+        let (pool, found) = mcp::discover(&cfg.mcp);
+        let path = tools_path.as_deref().unwrap_or(Path::new("tools.toml"));
+        (Some(pool), found.map_err(|p| mcp_problems(path, &p))?)
+    };
+    let mut snapshot = Snapshot {
         tools_path: tools_path
             .as_deref()
             .map(|p| absolute(p).display().to_string())
@@ -127,11 +141,19 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         models,
         scripts,
         tool_subset: task.tools.clone(),
+        mcp_tools,
         max_output_tokens: settings.max_output_tokens,
         settings,
         call_salt: format!("{:016x}", rand::random::<u64>()),
     };
-    let resolved = resolve(snapshot)?;
+    if let Some(subset) = &snapshot.tool_subset {
+        let mut with_mcp = cfg.clone();
+        let link = mcp::Link::default();
+        // Names only: problems in the tools themselves are reported by `resolve_with`.
+        let _ = mcp::install(&mut with_mcp, &snapshot.mcp_tools, &link);
+        snapshot.tool_subset = Some(mcp::expand_subset(subset, &with_mcp));
+    }
+    let resolved = resolve_with(snapshot, pool)?;
     Ok(Prepared {
         max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
         max_tokens: task.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -142,8 +164,19 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
 
 /// Validates a snapshot (fresh, or read back from the store) into live parts.
 pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
+    resolve_with(snapshot, None)
+}
+
+/// [`resolve`], reusing the MCP servers discovery started (`None`: they start on first
+/// use, as on resume).
+fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Resolved, SetupError> {
     let tools_path = PathBuf::from(&snapshot.tools_path);
-    let tools = config::parse(&snapshot.tools_toml, &tools_path)?;
+    let mut tools = config::parse(&snapshot.tools_toml, &tools_path)?;
+    if !tools.mcp.is_empty() {
+        let pool = pool.unwrap_or_else(|| Arc::new(mcp::Pool::start(tools.mcp.clone())));
+        mcp::install(&mut tools, &snapshot.mcp_tools, &mcp::Link::new(pool))
+            .map_err(|p| mcp_problems(&tools_path, &p))?;
+    }
     if let Some(subset) = &snapshot.tool_subset {
         for name in subset {
             if !tools.tools.contains_key(name) {
@@ -172,6 +205,15 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
         tools,
         models,
     })
+}
+
+/// Every MCP problem, one per line, as a bad-input error naming the file.
+fn mcp_problems(path: &Path, problems: &[mcp::Problem]) -> SetupError {
+    let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    SetupError::Input {
+        path: path.display().to_string(),
+        message: lines.join("\n"),
+    }
 }
 
 fn build_provider(

@@ -3,6 +3,7 @@
 
 use super::{BadInput, Cli, Exit};
 use crate::config::{self, preflight};
+use crate::tools::mcp;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -32,7 +33,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     let checked = config::load(tools).and_then(|(cfg, text)| {
         let problems = preflight::check(&cfg, &text, tools, None, &preflight::Env::process());
         if problems.is_empty() {
-            Ok(cfg)
+            with_mcp_tools(tools, cfg)
         } else {
             Err(config::ConfigErrors(problems))
         }
@@ -67,5 +68,31 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             ))
             .into())
         }
+    }
+}
+
+/// Starts each MCP server, lists its tools and checks them like any tool's (issue 16);
+/// the servers stop again when the check ends.
+fn with_mcp_tools(
+    path: &std::path::Path,
+    mut cfg: config::ToolsConfig,
+) -> Result<config::ToolsConfig, config::ConfigErrors> {
+    if cfg.mcp.is_empty() {
+        return Ok(cfg);
+    }
+    let (pool, found) = mcp::discover(&cfg.mcp);
+    let installed = found.and_then(|found| mcp::install(&mut cfg, &found, &mcp::Link::new(pool)));
+    match installed {
+        Ok(()) => Ok(cfg),
+        Err(problems) => Err(config::ConfigErrors(
+            problems
+                .into_iter()
+                .map(|p| config::ConfigError {
+                    file: path.to_path_buf(),
+                    tool: None,
+                    message: p.to_string(),
+                })
+                .collect(),
+        )),
     }
 }

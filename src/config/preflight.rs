@@ -10,7 +10,7 @@
 //! They are not part of `parse`, because a resumed run re-reads its snapshot with
 //! `parse`: a machine that changed since must not make a stored run unreadable.
 
-use super::{ConfigError, ToolKind, ToolsConfig};
+use super::{ConfigError, McpTransport, ToolKind, ToolsConfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -84,7 +84,37 @@ pub fn check(
                     }
                 }
             }
+            // Discovered from their server, after these checks (`tools::mcp`).
+            ToolKind::Mcp(_) => {}
         }
+    }
+    out.extend(mcp_problems(cfg, origin, env));
+    out
+}
+
+/// MCP servers (issue 16): the stdio program must be startable, header `${VAR}`s set.
+fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for (name, server) in &cfg.mcp {
+        let messages = match &server.transport {
+            McpTransport::Stdio(spec) => command_problems(&spec.argv, &spec.cwd, env),
+            McpTransport::Http { headers, .. } => headers
+                .iter()
+                .flat_map(|(header, value)| {
+                    unset_vars(value, env).into_iter().map(move |var| {
+                        format!(
+                            "headers.{header}: `${{{var}}}` is not set in this environment; \
+                             export {var}=… before the run"
+                        )
+                    })
+                })
+                .collect(),
+        };
+        out.extend(messages.into_iter().map(|m| ConfigError {
+            file: origin.to_path_buf(),
+            tool: None,
+            message: format!("mcp.{name}.{m}"),
+        }));
     }
     out
 }

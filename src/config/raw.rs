@@ -79,6 +79,35 @@ pub struct RawTool {
     pub output_cap: Option<i64>,
 }
 
+/// `[mcp.NAME]`: an MCP server whose tools are discovered at `start` (issue 16).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcp {
+    /// stdio: the server's argv.
+    pub command: Option<Vec<String>>,
+    /// Streamable HTTP: the server's endpoint.
+    pub url: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    /// stdio: environment, as for a command tool.
+    pub env: Option<Vec<String>>,
+    pub set: Option<BTreeMap<String, String>>,
+    pub inherit: Option<String>,
+    /// The subset of the server's tools to offer; default all it lists.
+    pub tools: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    pub attempts: Option<i64>,
+    pub backoff: Option<String>,
+    pub max_backoff: Option<String>,
+    /// Tools (by the server's name for them) that may be retried and re-run.
+    pub idempotent: Option<Vec<String>>,
+    /// Tool -> "always" | "never" | "auto".
+    pub approval: Option<BTreeMap<String, String>>,
+    /// Tool -> its fallback chain.
+    pub fallback: Option<BTreeMap<String, Vec<RawFallback>>>,
+    pub on_unknown: Option<String>,
+    pub output_cap: Option<i64>,
+}
+
 /// One section read as far as it could be.
 #[derive(Debug, Default)]
 pub struct Section<T> {
@@ -94,9 +123,10 @@ pub struct RawFile {
     pub defaults: Section<RawDefaults>,
     pub policy: Section<RawPolicy>,
     pub tools: BTreeMap<String, Section<RawTool>>,
+    pub mcp: BTreeMap<String, Section<RawMcp>>,
 }
 
-const TOP_KEYS: &[&str] = &["defaults", "policy", "tools"];
+const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp"];
 
 /// Where a problem is: a top-level section or a tool.
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +145,7 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
             }
             "policy" => file.policy = read_section(value, text, Where::Section("policy"), sink),
             "tools" => read_tools(value, text, &mut file.tools, sink),
+            "mcp" => read_mcp(value, text, &mut file.mcp, sink),
             other => {
                 let at = location(text, key.span().start);
                 let hint = hint(other, TOP_KEYS);
@@ -151,6 +182,26 @@ fn read_tools(
         let name = name.into_inner().into_owned();
         let section = read_section(tool, text, Where::Tool(&name), sink);
         tools.insert(name, section);
+    }
+}
+
+/// `mcp` must be a table of tables, one per server.
+fn read_mcp(
+    value: Spanned<DeValue<'_>>,
+    text: &str,
+    servers: &mut BTreeMap<String, Section<RawMcp>>,
+    sink: &mut Sink,
+) {
+    let at = location(text, value.span().start);
+    let DeValue::Table(table) = value.into_inner() else {
+        sink.top(format!("mcp: must be a table of [mcp.NAME] tables ({at})"));
+        return;
+    };
+    for (name, server) in in_file_order(table) {
+        let name = name.into_inner().into_owned();
+        let place = format!("mcp.{name}");
+        let section = read_section(server, text, Where::Section(&place), sink);
+        servers.insert(name, section);
     }
 }
 

@@ -49,11 +49,13 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         props.insert(name.clone(), known);
         tools.insert(name, tool);
     }
-    check_fallbacks(&tools, &props, sink);
+    let mcp = super::mcp::resolve_servers(raw.mcp, &defaults, &env_defaults, &cwd, sink);
+    check_fallbacks(&tools, &props, &mcp, sink);
     ToolsConfig {
         defaults,
         policy,
         tools,
+        mcp,
     }
 }
 
@@ -67,22 +69,22 @@ fn command_cwd(origin: &Path) -> PathBuf {
 }
 
 /// The retry keys shared by `[defaults]` and each tool.
-struct RetryFields<'a> {
-    timeout: Option<&'a str>,
-    attempts: Option<i64>,
-    backoff: Option<&'a str>,
-    max_backoff: Option<&'a str>,
-    max_retry_after: Option<&'a str>,
+pub(super) struct RetryFields<'a> {
+    pub timeout: Option<&'a str>,
+    pub attempts: Option<i64>,
+    pub backoff: Option<&'a str>,
+    pub max_backoff: Option<&'a str>,
+    pub max_retry_after: Option<&'a str>,
 }
 
 /// The environment keys of `[defaults]`, inherited by every command tool.
-struct EnvDefaults {
-    env: Vec<String>,
-    inherit_all: bool,
+pub(super) struct EnvDefaults {
+    pub env: Vec<String>,
+    pub inherit_all: bool,
 }
 
 /// `inherit = "all"` is the only value; `None` when absent or wrong (reported).
-fn inherit(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Option<bool> {
+pub(super) fn inherit(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Option<bool> {
     match value? {
         "all" => Some(true),
         "none" => Some(false),
@@ -94,7 +96,7 @@ fn inherit(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Option<boo
     }
 }
 
-fn check_env_names(names: &[String], place: Where<'_>, sink: &mut Sink) {
+pub(super) fn check_env_names(names: &[String], place: Where<'_>, sink: &mut Sink) {
     for (i, var) in names.iter().enumerate() {
         if let Err(e) = validate::check_env_name(var) {
             sink.key(place, &format!("env[{i}]"), e);
@@ -102,7 +104,7 @@ fn check_env_names(names: &[String], place: Where<'_>, sink: &mut Sink) {
     }
 }
 
-fn resolve_retry(
+pub(super) fn resolve_retry(
     f: &RetryFields<'_>,
     base: &RetryPolicy,
     place: Where<'_>,
@@ -252,14 +254,14 @@ fn resolve_tool(
     (tool, props)
 }
 
-fn fallback_step(raw: RawFallback) -> FallbackStep {
+pub(super) fn fallback_step(raw: RawFallback) -> FallbackStep {
     FallbackStep {
         tool: raw.tool,
         map: raw.map.unwrap_or_default(),
     }
 }
 
-fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval {
+pub(super) fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval {
     match value {
         None | Some("auto") => Approval::Auto,
         Some("always") => Approval::Always,
@@ -275,7 +277,7 @@ fn approval(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> Approval 
     }
 }
 
-fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> OnUnknown {
+pub(super) fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink) -> OnUnknown {
     match value {
         None | Some("escalate") => OnUnknown::Escalate,
         Some("tell_model") => OnUnknown::TellModel,
@@ -346,7 +348,7 @@ fn resolve_kind(
     })
 }
 
-fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
+pub(super) fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
     let place = Where::Tool(name);
     if present && argv.is_empty() {
         sink.key(
@@ -424,6 +426,7 @@ fn check_url(url: &str, props: Option<&BTreeSet<String>>, place: Where<'_>, sink
 fn check_fallbacks(
     tools: &BTreeMap<String, ToolDef>,
     props: &BTreeMap<String, Option<BTreeSet<String>>>,
+    mcp: &BTreeMap<String, McpServer>,
     sink: &mut Sink,
 ) {
     let mut graph: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -437,6 +440,8 @@ fn check_fallbacks(
                     &format!("{key}.tool"),
                     "a tool cannot fall back to itself".into(),
                 );
+            } else if super::mcp::is_mcp_name(&step.tool, mcp) {
+                // An MCP tool: known only once discovered at `start`, checked then.
             } else if !tools.contains_key(&step.tool) {
                 sink.key(
                     Where::Tool(name),

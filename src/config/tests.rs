@@ -155,6 +155,7 @@ fn design_example_parses_to_the_expected_config() {
             .into_iter()
             .map(|t| (t.name.clone(), t))
             .collect(),
+        mcp: Default::default(),
     };
     assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
 }

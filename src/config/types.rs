@@ -102,11 +102,56 @@ pub struct HttpSpec {
     pub output_cap: usize,
 }
 
+/// A tool an MCP server offers, called through that server's connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpSpec {
+    /// The `[mcp.NAME]` it comes from.
+    pub server: String,
+    /// The server's own name for the tool (agentrun's is `SERVER__TOOL`).
+    pub tool: String,
+    /// The run's connection to the server (started once per run, on first use).
+    pub link: crate::tools::mcp::Link,
+    pub output_cap: usize,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolKind {
     Command(CommandSpec),
     Http(HttpSpec),
+    Mcp(McpSpec),
 }
+
+/// How agentrun reaches an MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum McpTransport {
+    /// A child process speaking JSON-RPC on stdin/stdout; its argv, working directory
+    /// and environment (the same allow-list) are a command tool's.
+    Stdio(CommandSpec),
+    /// Streamable HTTP; `${VAR}` in headers is read from the environment at connect
+    /// time and never stored.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// `[mcp.NAME]`, validated. Its tools become [`ToolDef`]s once discovered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServer {
+    pub name: String,
+    pub transport: McpTransport,
+    /// The server's tools to offer (its names); `None`: all it lists.
+    pub tools: Option<Vec<String>>,
+    pub retry: RetryPolicy,
+    pub idempotent: Vec<String>,
+    pub approval: BTreeMap<String, Approval>,
+    pub fallback: BTreeMap<String, Vec<FallbackStep>>,
+    pub on_unknown: OnUnknown,
+    pub output_cap: usize,
+}
+
+/// Separates the server from the tool in agentrun's name for an MCP tool.
+pub const MCP_SEPARATOR: &str = "__";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct FallbackStep {
@@ -137,6 +182,8 @@ pub struct ToolsConfig {
     pub defaults: RetryPolicy,
     pub policy: Policy,
     pub tools: BTreeMap<String, ToolDef>,
+    /// MCP servers; their tools join `tools` once discovered (`tools::mcp`).
+    pub mcp: BTreeMap<String, McpServer>,
 }
 
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;

@@ -1,8 +1,9 @@
-//! Tools: running one attempt of a command or HTTP tool, and checking arguments
+//! Tools: running one attempt of a command, HTTP or MCP tool, and checking arguments
 //! against a tool's schema. Retries and fallbacks sit above this, in `recovery`.
 
 pub mod command;
 pub mod http;
+pub mod mcp;
 pub mod outcome;
 pub mod schema;
 
@@ -32,6 +33,7 @@ pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> Atte
     let result = match &def.kind {
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,
+        ToolKind::Mcp(spec) => mcp::call(spec, def, args, ctx).await,
     };
     let max = crate::model::limits::MAX_DEPTH;
     match result {

@@ -15,6 +15,7 @@ mod golden;
 mod handover;
 mod help;
 mod lease;
+mod mcp;
 mod models_e2e;
 mod providers;
 mod providers_e2e;
