@@ -67,6 +67,8 @@ pub struct Resolved {
     pub snapshot: Snapshot,
     pub tools: ToolsConfig,
     pub models: Vec<Provider>,
+    /// Models skipped after failing, for the rest of this process's run.
+    pub breaker: crate::model::retry::ModelBreaker,
 }
 
 pub struct StartOptions {
@@ -204,6 +206,7 @@ fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Reso
         snapshot,
         tools,
         models,
+        breaker: Default::default(),
     })
 }
 

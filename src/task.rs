@@ -44,6 +44,11 @@ struct FrontMatter {
     idle_timeout: Option<String>,
     connect_timeout: Option<String>,
     context_window: Option<i64>,
+    model_attempts: Option<i64>,
+    model_backoff: Option<String>,
+    model_max_backoff: Option<String>,
+    max_retry_after: Option<String>,
+    model_cooldown: Option<String>,
 }
 
 impl FrontMatter {
@@ -79,6 +84,11 @@ impl FrontMatter {
             idle_timeout: duration("idle_timeout", &self.idle_timeout)?,
             connect_timeout: duration("connect_timeout", &self.connect_timeout)?,
             context_window: count("context_window", self.context_window)?,
+            attempts: tokens("model_attempts", self.model_attempts)?,
+            backoff: duration("model_backoff", &self.model_backoff)?,
+            max_backoff: duration("model_max_backoff", &self.model_max_backoff)?,
+            max_retry_after: duration("max_retry_after", &self.max_retry_after)?,
+            cooldown: duration("model_cooldown", &self.model_cooldown)?,
         };
         input.validate()?;
         Ok(input)

@@ -44,11 +44,18 @@ pub enum TraceEvent {
         attempt: u32,
         error: String,
         delay_ms: u64,
+        /// When the attempt failed (clock ms): the store's `at` for this event, not
+        /// the time the step's events were written (issue 15). Absent in old traces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<i64>,
     },
     ModelFallback {
         from: String,
         to: String,
         error: String,
+        /// When the next model took over (clock ms).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ms: Option<i64>,
     },
     /// Anything else worth a line in the trace.
     Note { kind: NoteKind, message: String },
@@ -62,6 +69,8 @@ pub enum NoteKind {
     OutcomeUnknown,
     /// A fallback hop was not called (missing tool, arguments that do not fit).
     FallbackSkipped,
+    /// A model response was cut off at its output limit and asked again once.
+    Truncated,
 }
 
 impl NoteKind {
@@ -69,6 +78,7 @@ impl NoteKind {
         match self {
             NoteKind::OutcomeUnknown => "outcome_unknown",
             NoteKind::FallbackSkipped => "fallback_skipped",
+            NoteKind::Truncated => "truncated",
         }
     }
 
@@ -79,6 +89,17 @@ impl NoteKind {
 }
 
 impl TraceEvent {
+    /// When the event happened, for events that carry it; others happened when they
+    /// are written.
+    pub fn at_ms(&self) -> Option<i64> {
+        match self {
+            TraceEvent::ModelRetry { at_ms, .. } | TraceEvent::ModelFallback { at_ms, .. } => {
+                *at_ms
+            }
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             TraceEvent::ToolAttempt { .. } => "tool_attempt",

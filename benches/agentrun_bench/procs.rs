@@ -135,3 +135,52 @@ pub fn own_peak_rss_kib() -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// A child whose output is read as it comes: when its first byte arrived, how many
+/// bytes it wrote, and the usual measurements.
+pub struct Streamed {
+    pub first_byte: Duration,
+    pub bytes: u64,
+    pub measured: Measured,
+}
+
+/// Runs `cmd` with stdout on a pipe the bench drains, timing the first byte: how long
+/// a person waits before `runs show` starts to print.
+#[allow(clippy::zombie_processes)]
+pub fn first_output(cmd: &mut Command) -> Streamed {
+    let err = tempfile::tempfile().expect("temp file for stderr");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err.try_clone().expect("dup stderr file"));
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut first_byte = None;
+    let mut bytes = 0u64;
+    loop {
+        match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                first_byte.get_or_insert_with(|| start.elapsed());
+                bytes += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("read the child's stdout: {e}"),
+        }
+    }
+    let (code, usage) = wait4(child.id() as libc::pid_t);
+    let wall = start.elapsed();
+    Streamed {
+        first_byte: first_byte.unwrap_or(wall),
+        bytes,
+        measured: Measured {
+            wall,
+            cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
+            max_rss_kib: usage.ru_maxrss.max(0) as u64,
+            code,
+            stdout: String::new(),
+            stderr: read_all(err),
+        },
+    }
+}

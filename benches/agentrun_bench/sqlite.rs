@@ -94,3 +94,61 @@ pub fn copy_db(from: &Path, to: &Path) {
     remove_db(to);
     std::fs::copy(from, to).expect("copy database");
 }
+
+/// Grows a database holding one finished run to `total` runs, by copying that run's
+/// rows (run, snapshot, checkpoint, messages) under new ids with later `created_at`s,
+/// in one transaction: `runs list` on 100,000 runs without 100,000 `agentrun start`s
+/// (which would take the better part of an hour on this machine).
+pub fn clone_runs(db: &Path, total: u32) {
+    let mut conn = Connection::open(db).expect("open the runs database");
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .expect("begin");
+    let src: String = tx
+        .query_row("SELECT id FROM runs", [], |r| r.get(0))
+        .expect("exactly one run to copy");
+    // Ids keep the 12-hex-digit shape; `n` keeps them unique and ordered.
+    let sql = "
+        WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?2)
+        INSERT INTO {table} ({into}) SELECT {cols} FROM n, {table} WHERE {key} = ?1";
+    let copies: [(&str, &str, &str, &str); 4] = [
+        (
+            "runs",
+            "id",
+            "id, task, task_path, status, max_steps, max_tokens, steps, input_tokens, \
+             output_tokens, answer, error, created_at, updated_at",
+            "printf('%012x', i), task, task_path, status, max_steps, max_tokens, steps, \
+             input_tokens, output_tokens, answer, error, created_at + i, updated_at + i",
+        ),
+        (
+            "run_snapshots",
+            "run_id",
+            "run_id, snapshot",
+            "printf('%012x', i), snapshot",
+        ),
+        (
+            "checkpoints",
+            "run_id",
+            "run_id, step, last_seq, state",
+            "printf('%012x', i), step, last_seq, state",
+        ),
+        (
+            "messages",
+            "run_id",
+            "run_id, seq, step, role, content",
+            "printf('%012x', i), seq, step, role, content",
+        ),
+    ];
+    for (table, key, into, cols) in copies {
+        let q = sql
+            .replace("{table}", table)
+            .replace("{key}", key)
+            .replace("{into}", into)
+            .replace("{cols}", cols);
+        tx.execute(&q, rusqlite::params![src, total - 1])
+            .unwrap_or_else(|e| panic!("copy {table}: {e}"));
+    }
+    tx.commit().expect("commit the copies");
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .expect("checkpoint");
+}

@@ -1,7 +1,7 @@
 //! JSON shapes of DESIGN §1 and the one-line summaries printed to stderr.
 
 use crate::runner::RunOutcome;
-use crate::store::{JournalEntry, RunRow, StoredEvent, StoredMessage};
+use crate::store::{JournalEntry, RunId, RunRow, Store, StoredEvent, StoredMessage};
 use crate::timefmt::rfc3339;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -72,40 +72,83 @@ pub fn run_detail_json(
     obj.insert("max_tokens".into(), json!(r.max_tokens));
     obj.insert(
         "messages".into(),
-        messages
-            .iter()
-            .map(|m| {
-                json!({"seq": m.seq, "step": m.step, "role": m.message.role.as_str(),
-                       "content": m.message.content})
-            })
-            .collect(),
+        messages.iter().map(message_json).collect(),
     );
-    obj.insert(
-        "tool_calls".into(),
-        journal
-            .iter()
-            .map(|c| {
-                json!({"step": c.step, "call_id": c.call_id, "tool": c.tool, "args": c.args,
-                       "status": c.status.as_str(), "attempts": c.attempts,
-                       "result": c.result, "via": c.via})
-            })
-            .collect(),
-    );
-    obj.insert(
-        "events".into(),
-        events
-            .iter()
-            .map(|e| {
-                let mut ev = serde_json::to_value(&e.event).unwrap_or(Value::Null);
-                if let Some(o) = ev.as_object_mut() {
-                    o.insert("step".into(), json!(e.step));
-                    o.insert("at".into(), json!(rfc3339(e.at)));
-                }
-                ev
-            })
-            .collect(),
-    );
+    obj.insert("tool_calls".into(), journal.iter().map(call_json).collect());
+    obj.insert("events".into(), events.iter().map(event_json).collect());
     v
+}
+
+fn message_json(m: &StoredMessage) -> Value {
+    json!({"seq": m.seq, "step": m.step, "role": m.message.role.as_str(),
+           "content": m.message.content})
+}
+
+fn call_json(c: &JournalEntry) -> Value {
+    json!({"step": c.step, "call_id": c.call_id, "tool": c.tool, "args": c.args,
+           "status": c.status.as_str(), "attempts": c.attempts,
+           "result": c.result, "via": c.via})
+}
+
+fn event_json(e: &StoredEvent) -> Value {
+    let mut ev = serde_json::to_value(&e.event).unwrap_or(Value::Null);
+    if let Some(o) = ev.as_object_mut() {
+        o.insert("step".into(), json!(e.step));
+        o.insert("at".into(), json!(rfc3339(e.at)));
+    }
+    ev
+}
+
+/// A JSON array whose elements `each` hands over one at a time.
+fn stream<W: Write>(
+    out: &mut W,
+    each: impl FnOnce(&mut dyn FnMut(Value) -> anyhow::Result<()>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    out.write_all(b"[")?;
+    let mut first = true;
+    each(&mut |v: Value| {
+        if !std::mem::take(&mut first) {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, &v)?;
+        Ok(())
+    })?;
+    out.write_all(b"]")?;
+    Ok(())
+}
+
+/// `runs show --json`, written as it is read from the store (issue 14): `head` is the
+/// document with the run's `messages`, `tool_calls` and `events` left empty (as
+/// [`run_detail_json`] builds it from empty slices), and the output is the same bytes
+/// as [`print_json`] of the full document, but those three arrays go out one element
+/// at a time, read as they are written: the first output comes after one index lookup
+/// and memory stays flat however long the run.
+pub fn write_run_detail_json(
+    out: &mut impl Write,
+    store: &Store,
+    run: &RunId,
+    head: Value,
+) -> anyhow::Result<()> {
+    let Value::Object(fields) = head else {
+        anyhow::bail!("run {run}: the document is not a JSON object");
+    };
+    out.write_all(b"{")?;
+    for (i, (key, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, key)?;
+        out.write_all(b":")?;
+        match key.as_str() {
+            "messages" => stream(out, |f| store.each_message(run, |m| f(message_json(&m))))?,
+            "tool_calls" => stream(out, |f| store.each_journal_entry(run, |c| f(call_json(&c))))?,
+            "events" => stream(out, |f| store.each_event(run, |e| f(event_json(&e))))?,
+            _ => serde_json::to_writer(&mut *out, value)?,
+        }
+    }
+    out.write_all(b"}\n")?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Writes a human view to stdout, returning the error (a closed pipe: `runs list |
@@ -148,4 +191,113 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
             || c.downcast_ref::<serde_json::Error>()
                 .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Message, ModelResponse, Part, Role, StopReason, Usage};
+    use crate::store::{CallRecord, CallStatus, NewRun, RunId, RunStatus, StepCommit};
+    use crate::trace::TraceEvent;
+
+    /// The streamed `runs show --json` is byte for byte the one built in memory.
+    #[test]
+    fn streamed_run_detail_is_the_same_bytes_as_the_built_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("a.db"), true).unwrap();
+        let opening = [Message::text(Role::User, "task")];
+        let lease = store
+            .create_run(&NewRun {
+                id: RunId::generate(),
+                task: "task",
+                task_path: "task.md",
+                snapshot: "{}",
+                max_steps: 9,
+                max_tokens: 99,
+                messages: &opening,
+                state: "{}",
+            })
+            .unwrap();
+        for step in 1..=3u32 {
+            let id = format!("call_{step}");
+            let response = ModelResponse {
+                message: Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: id.clone(),
+                        name: "t".into(),
+                        args: json!({"i": step, "s": "ü\"\n"}),
+                    }],
+                },
+                usage: Usage {
+                    input: 1,
+                    output: 1,
+                    cached: 0,
+                },
+                stop: StopReason::ToolUse,
+                model: "script:x".into(),
+            };
+            let event = TraceEvent::ToolAttempt {
+                call_id: id.clone(),
+                tool: "t".into(),
+                attempt: 1,
+                elapsed_ms: 3,
+                error: None,
+                class: None,
+                message: None,
+            };
+            store
+                .record_model_turn(&lease, step, &response, std::slice::from_ref(&event))
+                .unwrap();
+            let record = CallRecord {
+                call_id: id.clone(),
+                status: CallStatus::Ok,
+                attempts: 1,
+                result: json!({"n": step}),
+                is_error: false,
+                via: None,
+            };
+            let messages = [
+                response.message.clone(),
+                Message::tool_result(&id, record.result.clone(), false),
+            ];
+            store
+                .commit_step(
+                    &lease,
+                    &StepCommit {
+                        step,
+                        messages: &messages,
+                        state: "{}",
+                        input_tokens: u64::from(step),
+                        output_tokens: u64::from(step),
+                        status: RunStatus::Running,
+                        answer: None,
+                        error: None,
+                        outcome: Some(&record),
+                        events: &[event],
+                        escalation: None,
+                    },
+                )
+                .unwrap();
+        }
+        let row = store.run(&lease.run).unwrap();
+        let escalations = json!([{"id": "1"}]);
+        let mut built = run_detail_json(
+            &row,
+            &store.messages(&lease.run).unwrap(),
+            &store.journal(&lease.run).unwrap(),
+            &store.events(&lease.run).unwrap(),
+        );
+        built["escalations"] = escalations.clone();
+        let mut want = serde_json::to_vec(&built).unwrap();
+        want.push(b'\n');
+        let mut head = run_detail_json(&row, &[], &[], &[]);
+        head["escalations"] = escalations;
+        let mut got = Vec::new();
+        write_run_detail_json(&mut got, &store, &row.id, head).unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
+    }
 }

@@ -289,19 +289,40 @@ fn models(store: &Store, id: &RunId) -> Vec<String> {
 
 fn detail_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
     let row = store.run(id)?;
-    let mut v = output::run_detail_json(
+    let v = output::run_detail_json(
         &row,
         &store.messages(id)?,
         &store.journal(id)?,
         &store.events(id)?,
     );
+    with_escalations(store, id, &row, v)
+}
+
+/// `runs show --json` with its three long arrays left empty, for
+/// [`output::write_run_detail_json`] to stream into place.
+fn detail_head(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
+    let row = store.run(id)?;
+    with_escalations(
+        store,
+        id,
+        &row,
+        output::run_detail_json(&row, &[], &[], &[]),
+    )
+}
+
+fn with_escalations(
+    store: &Store,
+    id: &RunId,
+    row: &RunRow,
+    mut v: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
     v["escalations"] = store
         .escalations_for_run(id)?
         .iter()
         .map(super::escalations::summary_json)
         .collect();
     v["models"] = models(store, id).into();
-    v["stale"] = is_stale(&row).into();
+    v["stale"] = is_stale(row).into();
     Ok(v)
 }
 
@@ -317,7 +338,9 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
 
 fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     if cli.json {
-        output::print_json(&detail_json(store, id)?)?;
+        // Streamed: first output at once, flat memory on a 100,000-step run (issue 14).
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        output::write_run_detail_json(&mut out, store, id, detail_head(store, id)?)?;
         return Ok(Exit::Completed);
     }
     output::print_out(&render(store, id)?)?;

@@ -45,11 +45,14 @@ pub enum ModelError {
         max: Duration,
     },
     /// The model skipped by the circuit breaker: it failed its retries recently.
-    #[error("{model} is skipped until {until_ms} (circuit open after: {last_error})")]
+    #[error(
+        "{model} is skipped for another {}s (circuit open; it failed: {last_error})",
+        retry_in.as_secs_f64().ceil()
+    )]
     CircuitOpen {
         model: String,
-        /// Clock milliseconds when a probe is allowed again.
-        until_ms: u64,
+        /// Until a probe is allowed again.
+        retry_in: Duration,
         last_error: String,
     },
     /// A 2xx body that is not the JSON we expect (truncated, wrong shape, error in stream).

@@ -1,8 +1,11 @@
-//! Retries and fallbacks for model calls.
+//! Retries, fallbacks and the circuit breaker for model calls.
 //!
-//! Per model: transient errors (429, 5xx, 529, timeouts, dropped connections — see
-//! [`ModelError::is_transient`]) are retried with exponential full-jitter backoff, the
-//! server's `Retry-After` first, capped by the policy's `max`. Anything else ends that
+//! Per model: transient errors (429, 5xx, 529, timeouts, dropped connections, cut
+//! streams — see [`ModelError::is_transient`]) are retried with exponential backoff
+//! ("equal jitter": at least half of each step, so a server that restarts in a few
+//! seconds is ridden out, issue 15). The server's `Retry-After` / `retry-after-ms` is a
+//! floor, never shortened; above `max_retry_after` the model is not retried and fails
+//! [`ModelError::RateLimited`] (DESIGN §3, issue 12 item 10). Anything else ends that
 //! model's turn at once: sending the identical request again cannot fix a 400 or a 401.
 //!
 //! Across models: the next model takes over on *any* failure of the previous one, not
@@ -10,11 +13,21 @@
 //! for one provider's key or model name says nothing about a different provider, and a
 //! fallback list exists precisely so a run does not stop on one provider's problem.
 //! The last model's error is returned when every model failed.
+//!
+//! The breaker: a model that failed its retries (or answered 401/403/404, or asked for
+//! a wait above `max_retry_after`) is skipped for `cooldown` by later calls of the same
+//! run, so a dead first choice costs its retries once, not every step. After the
+//! cool-down it gets one probe (one attempt, "half-open"): success closes the circuit,
+//! failure opens it again. When every model is open they are all tried as usual — a
+//! skipped list would only fail the run. The breaker lives in the process: a resumed
+//! run starts with every circuit closed.
 
 use super::{ModelError, ModelRequest, ModelResponse, Provider};
-use crate::backoff;
+use crate::backoff::{self, Wait};
 use crate::clock::Clock;
 use crate::trace::{EventSink, TraceEvent};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// How hard to try one model before giving up on it.
@@ -22,19 +35,91 @@ use std::time::Duration;
 pub struct ModelRetryPolicy {
     /// Attempts per model, the first included (at least 1).
     pub attempts: u32,
-    /// Backoff base: retry `n` (from 0) waits up to `base * 2^n`.
+    /// Backoff base: retry `n` (from 0) waits between half of and `base * 2^n`.
     pub base: Duration,
-    /// Cap on any wait, the server's `Retry-After` included.
+    /// Cap on a computed wait (not on the server's `Retry-After`, which is a floor).
     pub max: Duration,
+    /// A server asking for a longer wait than this is not retried.
+    pub max_retry_after: Duration,
+    /// How long a model that failed is skipped before it is probed again.
+    pub cooldown: Duration,
 }
 
 impl Default for ModelRetryPolicy {
+    /// 6 attempts, 1 s doubling: the waits are at least 0.5 + 1 + 2 + 4 + 8 = 15.5 s
+    /// in all (at most 31 s), enough for a local server to restart.
     fn default() -> Self {
         ModelRetryPolicy {
-            attempts: 4,
-            base: Duration::from_millis(500),
+            attempts: 6,
+            base: Duration::from_secs(1),
             max: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(60),
+            cooldown: Duration::from_secs(300),
         }
+    }
+}
+
+/// Which models are skipped, and until when (clock milliseconds).
+#[derive(Debug, Default)]
+pub struct ModelBreaker {
+    open: Mutex<HashMap<String, Open>>,
+}
+
+#[derive(Debug, Clone)]
+struct Open {
+    until_ms: i64,
+    error: String,
+}
+
+enum Circuit {
+    Closed,
+    /// Skip it: cooling down.
+    Open(Open),
+    /// Cool-down over: one probe attempt.
+    HalfOpen,
+}
+
+impl ModelBreaker {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Open>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn circuit(&self, model: &str, now_ms: i64) -> Circuit {
+        match self.lock().get(model) {
+            None => Circuit::Closed,
+            Some(o) if now_ms < o.until_ms => Circuit::Open(o.clone()),
+            Some(_) => Circuit::HalfOpen,
+        }
+    }
+
+    fn trip(&self, model: &str, until_ms: i64, error: &ModelError) {
+        self.lock().insert(
+            model.to_string(),
+            Open {
+                until_ms,
+                error: error.to_string(),
+            },
+        );
+    }
+
+    fn close(&self, model: &str) {
+        self.lock().remove(model);
+    }
+
+    /// Whether `model` is being skipped at `now_ms` (for tests and progress).
+    pub fn is_open(&self, model: &str, now_ms: i64) -> bool {
+        matches!(self.circuit(model, now_ms), Circuit::Open(_))
+    }
+}
+
+/// Whether a failure says the model is unusable for a while (not just this request).
+fn trips(err: &ModelError) -> bool {
+    match err {
+        ModelError::Status { status, .. } => {
+            err.is_transient() || matches!(status, 401 | 403 | 404)
+        }
+        ModelError::RateLimited { .. } => true,
+        other => other.is_transient(),
     }
 }
 
@@ -48,8 +133,7 @@ pub async fn complete(
     complete_with(models, req, &ModelRetryPolicy::default(), clock, events).await
 }
 
-/// Calls the first model, retrying transient errors; when it fails for good, the next
-/// model in `models` takes over. `ModelResponse::model` names the model that answered.
+/// [`complete_guarded`] with a breaker of its own (nothing remembered between calls).
 pub async fn complete_with(
     models: &[Provider],
     req: &ModelRequest<'_>,
@@ -57,6 +141,24 @@ pub async fn complete_with(
     clock: &dyn Clock,
     events: &dyn EventSink,
 ) -> Result<ModelResponse, ModelError> {
+    complete_guarded(models, req, policy, &ModelBreaker::default(), clock, events).await
+}
+
+/// Calls the first model, retrying transient errors; when it fails for good, the next
+/// model in `models` takes over. Models whose circuit is open in `breaker` are skipped
+/// (unless all are). `ModelResponse::model` names the model that answered.
+pub async fn complete_guarded(
+    models: &[Provider],
+    req: &ModelRequest<'_>,
+    policy: &ModelRetryPolicy,
+    breaker: &ModelBreaker,
+    clock: &dyn Clock,
+    events: &dyn EventSink,
+) -> Result<ModelResponse, ModelError> {
+    let now = clock.now_ms();
+    let all_open = models
+        .iter()
+        .all(|m| matches!(breaker.circuit(&m.name(), now), Circuit::Open(_)));
     let mut failed: Option<(String, ModelError)> = None;
     for model in models {
         let name = model.name();
@@ -65,14 +167,42 @@ pub async fn complete_with(
                 from: from.clone(),
                 to: name.clone(),
                 error: err.to_string(),
+                at_ms: Some(clock.now_ms()),
             });
         }
-        match with_retries(model, &name, req, policy, clock, events).await {
+        let attempts = match breaker.circuit(&name, clock.now_ms()) {
+            Circuit::Open(open) if !all_open => {
+                failed = Some((
+                    name.clone(),
+                    ModelError::CircuitOpen {
+                        model: name,
+                        retry_in: Duration::from_millis(
+                            u64::try_from(open.until_ms.saturating_sub(clock.now_ms()))
+                                .unwrap_or(0),
+                        ),
+                        last_error: open.error,
+                    },
+                ));
+                continue;
+            }
+            Circuit::HalfOpen => 1,
+            Circuit::Open(_) | Circuit::Closed => policy.attempts,
+        };
+        match with_retries(model, &name, req, policy, attempts, clock, events).await {
             Ok(mut resp) => {
+                breaker.close(&name);
                 resp.model = name;
                 return Ok(resp);
             }
-            Err(err) => failed = Some((name, err)),
+            Err(err) => {
+                if trips(&err) {
+                    let until = clock.now_ms().saturating_add(
+                        i64::try_from(policy.cooldown.as_millis()).unwrap_or(i64::MAX),
+                    );
+                    breaker.trip(&name, until, &err);
+                }
+                failed = Some((name, err));
+            }
         }
     }
     Err(match failed {
@@ -81,16 +211,17 @@ pub async fn complete_with(
     })
 }
 
-/// One model, up to `policy.attempts` attempts.
+/// One model, up to `attempts` attempts.
 async fn with_retries(
     model: &Provider,
     name: &str,
     req: &ModelRequest<'_>,
     policy: &ModelRetryPolicy,
+    attempts: u32,
     clock: &dyn Clock,
     events: &dyn EventSink,
 ) -> Result<ModelResponse, ModelError> {
-    let attempts = policy.attempts.max(1);
+    let attempts = attempts.max(1);
     let mut attempt = 1;
     loop {
         let err = match model.complete(req).await {
@@ -98,21 +229,56 @@ async fn with_retries(
             Err(err) if err.is_transient() && attempt < attempts => err,
             Err(err) => return Err(err),
         };
-        let delay = backoff::delay(
+        let delay = match backoff::next_wait(
             policy.base,
             policy.max,
             attempt - 1,
             err.retry_after(),
+            policy.max_retry_after,
             clock,
-        );
+        ) {
+            Wait::GiveUp { retry_after } => return Err(rate_limited(err, retry_after, policy)),
+            // The server's delay: a floor, waited in full.
+            Wait::After(d) if err.retry_after().is_some() => d,
+            Wait::After(_) => equal_jitter(policy, attempt - 1, clock),
+        };
         events.emit(TraceEvent::ModelRetry {
             model: name.to_string(),
             attempt,
             error: err.to_string(),
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            at_ms: Some(clock.now_ms()),
         });
         clock.sleep(delay).await;
         attempt += 1;
+    }
+}
+
+/// Half of `min(max, base * 2^retry)` for sure, the other half at random: unlike full
+/// jitter, the waits add up to a known minimum, which is what rides out a restart.
+fn equal_jitter(policy: &ModelRetryPolicy, retry: u32, clock: &dyn Clock) -> Duration {
+    let ceiling = policy
+        .base
+        .saturating_mul(2u32.saturating_pow(retry.min(20)))
+        .min(policy.max);
+    ceiling / 2 + clock.jitter(ceiling - ceiling / 2)
+}
+
+fn rate_limited(err: ModelError, retry_after: Duration, policy: &ModelRetryPolicy) -> ModelError {
+    match err {
+        ModelError::Status {
+            provider,
+            status,
+            message,
+            ..
+        } => ModelError::RateLimited {
+            provider,
+            status,
+            message,
+            retry_after,
+            max: policy.max_retry_after,
+        },
+        other => other,
     }
 }
 
@@ -199,5 +365,114 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(none, ModelError::Config(_)));
+    }
+
+    fn refused() -> Provider {
+        let config = crate::model::openai::OpenAiConfig {
+            model: "dead".into(),
+            // Port 1: nothing listens there, so every attempt is refused at once.
+            base_url: "http://127.0.0.1:1/v1".into(),
+            api_key: None,
+            timeouts: crate::model::Timeouts::all(Duration::from_secs(5)),
+            stream: true,
+            temperature: None,
+            tool_choice: None,
+        };
+        Provider::OpenAi(crate::model::openai::OpenAi::new(config).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_dead_first_model_costs_its_retries_once_then_is_skipped_until_a_probe() {
+        let models = [refused(), script("b", r#"{"turns": [{"text": "b"}]}"#)];
+        let policy = ModelRetryPolicy {
+            attempts: 3,
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+            cooldown: Duration::from_secs(60),
+            ..ModelRetryPolicy::default()
+        };
+        let breaker = ModelBreaker::default();
+        let (clock, events) = (FakeClock::new(0), EventBuffer::default());
+        let req = request(&[]);
+        let ask = || complete_guarded(&models, &req, &policy, &breaker, &clock, &events);
+        // 1st step: three attempts at the dead model, then the fallback.
+        assert_eq!(ask().await.unwrap().model, "script:b");
+        let retries = |evs: &[TraceEvent]| {
+            evs.iter()
+                .filter(|e| matches!(e, TraceEvent::ModelRetry { .. }))
+                .count()
+        };
+        assert_eq!(retries(&events.take()), 2);
+        assert!(breaker.is_open("openai:dead", clock.now_ms()));
+        // 2nd step: skipped, no attempt, no wait.
+        let slept = clock.sleeps().len();
+        assert_eq!(ask().await.unwrap().model, "script:b");
+        let evs = events.take();
+        assert_eq!(retries(&evs), 0);
+        assert!(
+            matches!(&evs[..], [TraceEvent::ModelFallback { error, .. }] if error.contains("skipped")),
+            "{evs:?}"
+        );
+        assert_eq!(clock.sleeps().len(), slept);
+        // After the cool-down: one probe attempt (no retries), which fails and reopens.
+        clock.sleep(Duration::from_secs(61)).await;
+        assert_eq!(ask().await.unwrap().model, "script:b");
+        let evs = events.take();
+        assert_eq!(retries(&evs), 0, "{evs:?}");
+        assert!(
+            matches!(&evs[..], [TraceEvent::ModelFallback { error, .. }] if error.contains("connection failed")),
+            "{evs:?}"
+        );
+        assert!(breaker.is_open("openai:dead", clock.now_ms()));
+    }
+
+    #[tokio::test]
+    async fn when_every_model_is_open_they_are_tried_anyway() {
+        let models = [refused()];
+        let policy = ModelRetryPolicy {
+            attempts: 2,
+            base: Duration::from_millis(10),
+            ..ModelRetryPolicy::default()
+        };
+        let breaker = ModelBreaker::default();
+        let (clock, events) = (FakeClock::new(0), EventBuffer::default());
+        for _ in 0..2 {
+            let err = complete_guarded(&models, &request(&[]), &policy, &breaker, &clock, &events)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, ModelError::Connection { .. }), "{err}");
+        }
+        assert_eq!(clock.sleeps().len(), 2, "both calls retried once");
+    }
+
+    /// A clock whose jitter is always zero: the smallest waits the schedule allows.
+    struct NoJitter(FakeClock);
+
+    impl Clock for NoJitter {
+        fn now_ms(&self) -> i64 {
+            self.0.now_ms()
+        }
+        fn sleep(&self, d: Duration) -> crate::clock::SleepFuture {
+            self.0.sleep(d)
+        }
+        fn jitter(&self, _: Duration) -> Duration {
+            Duration::ZERO
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_schedule_waits_at_least_15_seconds_before_giving_up() {
+        let clock = NoJitter(FakeClock::new(0));
+        let events = EventBuffer::default();
+        let err = complete(&[refused()], &request(&[]), &clock, &events)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ModelError::Connection { .. }));
+        let total: Duration = clock.0.sleeps().iter().sum();
+        assert_eq!(
+            clock.0.sleeps(),
+            [500, 1000, 2000, 4000, 8000].map(Duration::from_millis)
+        );
+        assert!(total >= Duration::from_secs(15));
     }
 }

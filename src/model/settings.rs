@@ -4,6 +4,7 @@
 //! The settings are stored in the run's config snapshot, so a resumed run asks the
 //! model exactly as it started (durations as milliseconds, plain numbers in JSON).
 
+use super::retry::ModelRetryPolicy;
 use super::wire::Timeouts;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -85,10 +86,21 @@ pub struct ModelSettings {
     pub connect_timeout_ms: u64,
     /// The model's context window in tokens; `None`: from [`known_context_window`].
     pub context_window: Option<u64>,
+    /// Attempts per model call (the first included) on transient failures.
+    pub attempts: u32,
+    /// Backoff base and cap between attempts.
+    pub backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    /// A longer `Retry-After` than this is not waited for: the model fails
+    /// `rate_limited`.
+    pub max_retry_after_ms: u64,
+    /// How long a model that failed is skipped by the rest of the run (breaker).
+    pub cooldown_ms: u64,
 }
 
 impl Default for ModelSettings {
     fn default() -> Self {
+        let d = ModelRetryPolicy::default();
         ModelSettings {
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             max_output_tokens_retry: None,
@@ -99,6 +111,11 @@ impl Default for ModelSettings {
             idle_timeout_ms: ms(DEFAULT_IDLE_TIMEOUT),
             connect_timeout_ms: ms(DEFAULT_CONNECT_TIMEOUT),
             context_window: None,
+            attempts: d.attempts,
+            backoff_ms: ms(d.base),
+            max_backoff_ms: ms(d.max),
+            max_retry_after_ms: ms(d.max_retry_after),
+            cooldown_ms: ms(d.cooldown),
         }
     }
 }
@@ -113,6 +130,16 @@ impl ModelSettings {
             connect: Duration::from_millis(self.connect_timeout_ms),
             idle: Duration::from_millis(self.idle_timeout_ms),
             total: Duration::from_millis(self.timeout_ms),
+        }
+    }
+
+    pub fn retry_policy(&self) -> ModelRetryPolicy {
+        ModelRetryPolicy {
+            attempts: self.attempts.max(1),
+            base: Duration::from_millis(self.backoff_ms),
+            max: Duration::from_millis(self.max_backoff_ms),
+            max_retry_after: Duration::from_millis(self.max_retry_after_ms),
+            cooldown: Duration::from_millis(self.cooldown_ms),
         }
     }
 
@@ -136,6 +163,11 @@ pub struct SettingsInput {
     pub idle_timeout: Option<Duration>,
     pub connect_timeout: Option<Duration>,
     pub context_window: Option<u64>,
+    pub attempts: Option<u32>,
+    pub backoff: Option<Duration>,
+    pub max_backoff: Option<Duration>,
+    pub max_retry_after: Option<Duration>,
+    pub cooldown: Option<Duration>,
 }
 
 impl SettingsInput {
@@ -167,6 +199,19 @@ impl SettingsInput {
         if let Some(v) = self.context_window {
             s.context_window = Some(v);
         }
+        if let Some(v) = self.attempts {
+            s.attempts = v;
+        }
+        for (from, to) in [
+            (self.backoff, &mut s.backoff_ms),
+            (self.max_backoff, &mut s.max_backoff_ms),
+            (self.max_retry_after, &mut s.max_retry_after_ms),
+            (self.cooldown, &mut s.cooldown_ms),
+        ] {
+            if let Some(v) = from {
+                *to = ms(v);
+            }
+        }
     }
 
     /// Checks ranges; the message names the key.
@@ -192,6 +237,9 @@ impl SettingsInput {
             if v.is_some_and(|d| d.is_zero()) {
                 return Err(format!("`{key}` must be longer than 0s"));
             }
+        }
+        if self.attempts == Some(0) {
+            return Err("`model_attempts` must be at least 1".into());
         }
         if self.context_window == Some(0) {
             return Err("`context_window` must be positive".into());

@@ -433,11 +433,14 @@ pub fn describe_event(e: &TraceEvent) -> String {
             attempt,
             error,
             delay_ms,
+            ..
         } => format!(
             "model {model} attempt {attempt} failed ({error}); retrying in {}",
             millis(*delay_ms)
         ),
-        TraceEvent::ModelFallback { from, to, error } => {
+        TraceEvent::ModelFallback {
+            from, to, error, ..
+        } => {
             format!("model fallback: {from} failed ({error}), trying {to}")
         }
         TraceEvent::Note { kind, message } => format!("{}: {message}", kind.as_str()),

@@ -23,7 +23,7 @@ use crate::store::{
     StoreError,
 };
 use crate::tools::CallContext;
-use crate::trace::{EventBuffer, EventSink};
+use crate::trace::{EventBuffer, EventSink, NoteKind, TraceEvent};
 use observe::{Observer, StepStart};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -239,11 +239,70 @@ impl Drive<'_> {
             max_tokens: r.max_tokens,
             model: &model,
         });
-        let call = model::retry::complete(&r.resolved.models, &req, r.clock.as_ref(), &self.events);
-        match observe::with_heartbeat(r.observer.as_ref(), call).await {
-            Ok(response) => Event::ModelReplied(response),
+        let first = match self.call_models(&req).await {
+            Ok(resp) => resp,
+            Err(e) => return Event::ModelFailed(e.to_string()),
+        };
+        if first.stop != model::StopReason::MaxTokens {
+            return Event::ModelReplied(first);
+        }
+        // Cut off at the output limit (issue 15): not an answer, and its last tool call
+        // may be incomplete. Ask once more, with a note and the retry cap; the cut
+        // response is dropped (its tokens still count). A second cut ends the run as
+        // before (the machine keeps the text only), so no call is left without a result.
+        let settings = &r.resolved.snapshot.settings;
+        let cap = settings
+            .max_output_tokens_retry
+            .unwrap_or(req.max_output_tokens)
+            .max(req.max_output_tokens);
+        self.events.emit(TraceEvent::Note {
+            kind: NoteKind::Truncated,
+            message: format!(
+                "the response was cut off at its output limit ({} tokens); asked again once \
+                 with a limit of {cap}",
+                req.max_output_tokens
+            ),
+        });
+        let mut messages = req.messages.to_vec();
+        messages.push(model::Message::text(
+            model::Role::System,
+            format!(
+                "[agentrun] Your previous reply was cut off at the output limit of {} tokens \
+                 and was discarded. Reply again within {cap} tokens: make fewer tool calls in \
+                 one turn (the rest can follow in later turns), or answer more briefly.",
+                req.max_output_tokens
+            ),
+        ));
+        let again = ModelRequest {
+            messages: &messages,
+            max_output_tokens: cap,
+            ..req
+        };
+        match self.call_models(&again).await {
+            Ok(mut second) => {
+                second.usage.add(first.usage);
+                Event::ModelReplied(second)
+            }
             Err(e) => Event::ModelFailed(e.to_string()),
         }
+    }
+
+    /// The model list under the run's retry policy and breaker, with a heartbeat.
+    async fn call_models(
+        &self,
+        req: &ModelRequest<'_>,
+    ) -> Result<model::ModelResponse, model::ModelError> {
+        let r = self.runner;
+        let policy = r.resolved.snapshot.settings.retry_policy();
+        let call = model::retry::complete_guarded(
+            &r.resolved.models,
+            req,
+            &policy,
+            &r.resolved.breaker,
+            r.clock.as_ref(),
+            &self.events,
+        );
+        observe::with_heartbeat(r.observer.as_ref(), call).await
     }
 
     /// Runs a call through the recovery chain, gated by the step's pending state.

@@ -327,7 +327,7 @@ impl Store {
         let mut out = Vec::new();
         self.each_message(run, |m| {
             out.push(m);
-            Ok(())
+            Ok::<_, StoreError>(())
         })?;
         Ok(out)
     }
@@ -336,29 +336,18 @@ impl Store {
     /// memory stays that of one message however long the run, and the first one
     /// arrives after one index lookup (for streaming `runs show`, issue 14). The
     /// connection is held until the last, so `f` must not use this store.
-    pub fn each_message(
+    pub fn each_message<E: From<StoreError>>(
         &self,
         run: &RunId,
-        mut f: impl FnMut(StoredMessage) -> Result<()>,
-    ) -> Result<()> {
+        mut f: impl FnMut(StoredMessage) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
+        let mut stmt = db(conn.prepare_cached(
             "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
-        )?;
-        let mut rows = stmt.query([&run.0])?;
-        while let Some(r) = rows.next()? {
-            let seq: i64 = r.get(0)?;
-            let step: u32 = r.get(1)?;
-            let role = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-            let role: Role =
-                serde_json::from_value(Value::String(role.into())).map_err(|e| corrupt(run, e))?;
-            let content = r.get_ref(3)?.as_str().map_err(rusqlite::Error::from)?;
-            let content = serde_json::from_str(content).map_err(|e| corrupt(run, e))?;
-            f(StoredMessage {
-                seq,
-                step,
-                message: Message { role, content },
-            })?;
+        ))?;
+        let mut rows = db(stmt.query([&run.0]))?;
+        while let Some(r) = db(rows.next())? {
+            f(message_row(run, r)?)?;
         }
         Ok(())
     }
@@ -382,78 +371,67 @@ impl Store {
         run: &RunId,
         steps: std::ops::RangeInclusive<u32>,
     ) -> Result<Vec<JournalEntry>> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
-             FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx",
-        )?;
-        let rows = stmt.query_map(params![run.0, steps.start(), steps.end()], |r| {
-            Ok((
-                (
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, u32>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                ),
-                (
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, bool>(6)?,
-                    r.get::<_, u32>(7)?,
-                ),
-                (
-                    r.get::<_, Option<String>>(8)?,
-                    r.get::<_, bool>(9)?,
-                    r.get::<_, Option<String>>(10)?,
-                ),
-            ))
-        })?;
         let mut out = Vec::new();
-        for row in rows {
-            let (
-                (step, idx, call_id, tool),
-                (args, status, started, attempts),
-                (result, is_error, via),
-            ) = row?;
-            out.push(JournalEntry {
-                step,
-                idx,
-                call_id,
-                tool,
-                args: serde_json::from_str(&args).map_err(|e| corrupt(run, e))?,
-                status: CallStatus::parse(&status)
-                    .ok_or_else(|| corrupt(run, format!("unknown call status `{status}`")))?,
-                started,
-                attempts,
-                result: result
-                    .map(|t| serde_json::from_str(&t))
-                    .transpose()
-                    .map_err(|e| corrupt(run, e))?,
-                is_error,
-                via,
-            });
-        }
+        self.each_journal_row(run, steps, |e| {
+            out.push(e);
+            Ok::<_, StoreError>(())
+        })?;
         Ok(out)
     }
 
-    pub fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
+    /// Hands the run's journal to `f` one call at a time, in call order, as it is read
+    /// (streaming `runs show`; see [`Store::each_message`]).
+    pub fn each_journal_entry<E: From<StoreError>>(
+        &self,
+        run: &RunId,
+        f: impl FnMut(JournalEntry) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        self.each_journal_row(run, 0..=u32::MAX, f)
+    }
+
+    fn each_journal_row<E: From<StoreError>>(
+        &self,
+        run: &RunId,
+        steps: std::ops::RangeInclusive<u32>,
+        mut f: impl FnMut(JournalEntry) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         let conn = self.lock();
-        let mut stmt =
-            conn.prepare_cached("SELECT step, at, data FROM events WHERE run_id = ?1 ORDER BY id")?;
-        let rows = stmt.query_map([&run.0], |r| {
-            Ok((
-                r.get::<_, u32>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (step, at, data) = row?;
-            let event = serde_json::from_str(&data).map_err(|e| corrupt(run, e))?;
-            out.push(StoredEvent { step, at, event });
+        let mut stmt = db(conn.prepare_cached(
+            "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
+             FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx",
+        ))?;
+        let mut rows = db(stmt.query(params![run.0, steps.start(), steps.end()]))?;
+        while let Some(r) = db(rows.next())? {
+            f(journal_row(run, r)?)?;
         }
+        Ok(())
+    }
+
+    pub fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
+        let mut out = Vec::new();
+        self.each_event(run, |e| {
+            out.push(e);
+            Ok::<_, StoreError>(())
+        })?;
         Ok(out)
+    }
+
+    /// Hands the run's trace to `f` one event at a time, in order, as it is read
+    /// (streaming `runs show`; see [`Store::each_message`]).
+    pub fn each_event<E: From<StoreError>>(
+        &self,
+        run: &RunId,
+        mut f: impl FnMut(StoredEvent) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let conn = self.lock();
+        let mut stmt = db(
+            conn.prepare_cached("SELECT step, at, data FROM events WHERE run_id = ?1 ORDER BY id")
+        )?;
+        let mut rows = db(stmt.query([&run.0]))?;
+        while let Some(r) = db(rows.next())? {
+            f(event_row(run, r)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -510,9 +488,69 @@ pub(super) fn insert_events(
     let now = now_ms();
     for e in events {
         let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
-        stmt.execute(params![run.0, step, e.kind(), data, now])?;
+        // An event that carries its own time was written later than it happened.
+        stmt.execute(params![
+            run.0,
+            step,
+            e.kind(),
+            data,
+            e.at_ms().unwrap_or(now)
+        ])?;
     }
     Ok(())
+}
+
+/// An SQLite error as a store error, for the generic `each_*` readers.
+fn db<T>(r: rusqlite::Result<T>) -> Result<T> {
+    Ok(r?)
+}
+
+fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str> {
+    Ok(r.get_ref(i)?.as_str().map_err(rusqlite::Error::from)?)
+}
+
+fn message_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<StoredMessage> {
+    let role: Role =
+        serde_json::from_value(Value::String(text(r, 2)?.into())).map_err(|e| corrupt(run, e))?;
+    let content = serde_json::from_str(text(r, 3)?).map_err(|e| corrupt(run, e))?;
+    Ok(StoredMessage {
+        seq: r.get(0)?,
+        step: r.get(1)?,
+        message: Message { role, content },
+    })
+}
+
+fn journal_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<JournalEntry> {
+    let status = text(r, 5)?;
+    let result: Option<&str> = r
+        .get_ref(8)?
+        .as_str_or_null()
+        .map_err(rusqlite::Error::from)?;
+    Ok(JournalEntry {
+        step: r.get(0)?,
+        idx: r.get(1)?,
+        call_id: r.get(2)?,
+        tool: r.get(3)?,
+        args: serde_json::from_str(text(r, 4)?).map_err(|e| corrupt(run, e))?,
+        status: CallStatus::parse(status)
+            .ok_or_else(|| corrupt(run, format!("unknown call status `{status}`")))?,
+        started: r.get(6)?,
+        attempts: r.get(7)?,
+        result: result
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| corrupt(run, e))?,
+        is_error: r.get(9)?,
+        via: r.get(10)?,
+    })
+}
+
+fn event_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        step: r.get(0)?,
+        at: r.get(1)?,
+        event: serde_json::from_str(text(r, 2)?).map_err(|e| corrupt(run, e))?,
+    })
 }
 
 fn corrupt(run: &RunId, e: impl std::fmt::Display) -> StoreError {

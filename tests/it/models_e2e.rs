@@ -223,3 +223,72 @@ fn waiting_on_a_slow_model_is_said_off_a_terminal() {
         "{run}"
     );
 }
+
+#[test]
+fn a_turn_cut_at_the_output_limit_is_asked_again_and_nothing_is_left_pending() {
+    let s = Server::new("stream = false\nmax_output_tokens = 50\nmax_output_tokens_retry = 400");
+    // Twelve calls, the last one cut mid-arguments, then the limit.
+    let mut calls: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "type": "function",
+                   "function": {"name": "lookup", "arguments": "{\"q\": \"x\"}"}})
+        })
+        .collect();
+    calls[11]["function"]["arguments"] = json!("{\"q\": \"x");
+    s.answer(
+        Some(1),
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"message": {"content": null, "tool_calls": calls}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 50}})),
+    );
+    s.answer(
+        None,
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"message": {"content": "No dragons."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3}})),
+    );
+    let run = s.start(&["--json"]);
+    let v = run.expect_code(0).json();
+    assert_eq!(v["answer"], "No dragons.");
+    assert_eq!(v["tokens"], json!({"input": 22, "output": 53}));
+    let sent = s.bodies();
+    assert_eq!(
+        (&sent[0]["max_tokens"], &sent[1]["max_tokens"]),
+        (&json!(50), &json!(400))
+    );
+    let show = s.project.show(v["run_id"].as_str().unwrap());
+    assert_eq!(
+        show["tool_calls"],
+        json!([]),
+        "no call journaled, none pending"
+    );
+    let notes = events(&show, "note");
+    assert_eq!(notes.len(), 1, "{notes:#?}");
+    assert_eq!(notes[0]["kind"], "truncated");
+}
+
+#[test]
+fn each_model_retry_is_traced_at_the_time_it_happened() {
+    let s = Server::new("stream = false");
+    s.answer(
+        Some(2),
+        ResponseTemplate::new(503)
+            .insert_header("retry-after", "1")
+            .set_body_json(json!({"error": {"message": "busy"}})),
+    );
+    s.answer(
+        None,
+        ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}})),
+    );
+    let v = s.start(&["--json"]).expect_code(0).json();
+    let show = s.project.show(v["run_id"].as_str().unwrap());
+    let at: Vec<String> = events(&show, "model_retry")
+        .iter()
+        .map(|e| e["at"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(at.len(), 2, "{show}");
+    // One second apart (the server's Retry-After), not both stamped at write time.
+    assert_ne!(at[0], at[1], "{at:?}");
+}

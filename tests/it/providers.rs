@@ -196,6 +196,7 @@ fn policy(attempts: u32) -> ModelRetryPolicy {
         attempts,
         base: Duration::from_millis(100),
         max: Duration::from_secs(30),
+        ..ModelRetryPolicy::default()
     }
 }
 
@@ -946,9 +947,28 @@ async fn retry_after_as_an_http_date_sets_the_wait() {
 }
 
 #[tokio::test]
-async fn retry_after_is_capped_by_the_policy_max() {
-    let sleeps = sleeps_before_success(Api::OpenAi, 429, &[("retry-after", "3600")]).await;
-    assert_eq!(sleeps, [Duration::from_secs(30); 2]);
+async fn retry_after_is_a_floor_not_cut_by_the_backoff_cap() {
+    // Issue 12 item 10, providers' side: max 30 s of backoff, the server asks 45 s.
+    let sleeps = sleeps_before_success(Api::OpenAi, 429, &[("retry-after", "45")]).await;
+    assert_eq!(sleeps, [Duration::from_secs(45); 2]);
+}
+
+#[tokio::test]
+async fn retry_after_above_max_retry_after_is_not_waited_for() {
+    for (name, value) in [("retry-after", "3600"), ("retry-after-ms", "61000")] {
+        let server = flaky(Api::OpenAi, 429, &[(name, value)], 1).await;
+        let (res, clock, events) = run(&[Api::OpenAi.provider(&server, "m")], 4).await;
+        let err = res.unwrap_err();
+        assert!(
+            matches!(&err, ModelError::RateLimited { status: 429, retry_after, .. }
+                if retry_after.as_secs() >= 61),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("max_retry_after (60s)"), "{err}");
+        assert!(!err.is_transient());
+        assert!(clock.sleeps().is_empty(), "{:?}", clock.sleeps());
+        assert!(events.is_empty(), "{events:?}");
+    }
 }
 
 #[tokio::test]
@@ -1181,18 +1201,21 @@ async fn a_fallback_model_takes_over_when_retries_are_spent() {
                 model: "openai:gpt-4o-mini".into(),
                 attempt: 1,
                 error: error.clone(),
-                delay_ms: 100
+                delay_ms: 100,
+                at_ms: Some(0)
             },
             TraceEvent::ModelRetry {
                 model: "openai:gpt-4o-mini".into(),
                 attempt: 2,
                 error: error.clone(),
-                delay_ms: 200
+                delay_ms: 200,
+                at_ms: Some(100)
             },
             TraceEvent::ModelFallback {
                 from: "openai:gpt-4o-mini".into(),
                 to: "anthropic:claude-sonnet-4-5".into(),
                 error,
+                at_ms: Some(300),
             },
         ]
     );

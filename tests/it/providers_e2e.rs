@@ -424,7 +424,18 @@ fn a_response_cut_at_the_output_limit_fails_the_run_with_the_reason() {
         Value::Null,
         "a cut-off text is not an answer"
     );
+    // Asked once more with a note (issue 15); both cut responses are paid for.
     let (i, o) = usage_of("openai/07_finish_reason_length");
-    assert_eq!(v["tokens"], json!({"input": i, "output": o}));
+    assert_eq!(v["tokens"], json!({"input": 2 * i, "output": 2 * o}));
+    let bodies = api.bodies(OPENAI_PATH);
+    assert_eq!(bodies.len(), 2);
+    assert!(
+        bodies[1]
+            .to_string()
+            .contains("was cut off at the output limit"),
+        "{}",
+        bodies[1]
+    );
+    assert_eq!(events(&show, "note").len(), 1);
     api.assert_no_keys(&run, v["run_id"].as_str().unwrap());
 }

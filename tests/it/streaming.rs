@@ -449,6 +449,7 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
         attempts: 3,
         base: Duration::from_millis(10),
         max: Duration::from_secs(1),
+        ..ModelRetryPolicy::default()
     };
     let r = retry::complete_with(&models, &req, &policy, &clock, &events)
         .await
@@ -546,4 +547,62 @@ async fn a_malformed_event_is_a_bad_response_not_a_turn() {
         );
         assert!(!err.is_transient());
     }
+}
+
+#[tokio::test]
+async fn the_retry_schedule_rides_out_a_server_restart() {
+    // A port with nothing listening (the server is "restarting"); it comes back after
+    // 1.2 s. The schedule's minimum waits (0.1 + 0.2 + 0.4 + 0.8 s) outlast that.
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    drop(probe);
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let listener = TcpListener::bind(addr).await.unwrap();
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                read_request(&mut sock).await;
+                let body = openai_full("back");
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+            });
+        }
+    });
+    let models = [provider(Api::OpenAi, &format!("http://{addr}"), quick())];
+    let policy = ModelRetryPolicy {
+        attempts: 6,
+        base: Duration::from_millis(200),
+        ..ModelRetryPolicy::default()
+    };
+    let events = EventBuffer::default();
+    let msgs = [Message::text(Role::User, "hi")];
+    let req = ModelRequest {
+        system: "",
+        messages: &msgs,
+        tools: &[],
+        max_output_tokens: 64,
+        live: None,
+    };
+    let r = retry::complete_with(
+        &models,
+        &req,
+        &policy,
+        &agentrun::clock::SystemClock,
+        &events,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.message.joined_text(), "back");
+    let refused = events
+        .take()
+        .iter()
+        .filter(|e| matches!(e, TraceEvent::ModelRetry { error, .. } if error.contains("connection failed")))
+        .count();
+    assert!(refused >= 2, "{refused}");
 }
