@@ -270,7 +270,10 @@ fn a_turn_cut_at_the_output_limit_is_asked_again_and_nothing_is_left_pending() {
 
 #[test]
 fn each_model_retry_is_traced_at_the_time_it_happened() {
-    let s = Server::new("stream = false");
+    // The retry keys are accepted in the front matter (backoff is under Retry-After).
+    let s = Server::new(
+        "stream = false\nmodel_attempts = 3\nmodel_backoff = \"10ms\"\nmodel_max_backoff = \"20ms\"\nmax_retry_after = \"5s\"\nmodel_cooldown = \"1m\"",
+    );
     s.answer(
         Some(2),
         ResponseTemplate::new(503)
