@@ -156,8 +156,8 @@ for proto in openai anthropic; do
   "$AGENTRUN" start "$proto.md" --stream-json --json >"$proto.out" 2>"$proto.err"
   code=$?
   set -e
-  grep -c '"type":"text"' "$proto.out" | sed 's/^/  streamed text deltas: /'
-  grep -c '"type":"tool_call"' "$proto.out" | sed 's/^/  streamed tool calls: /'
+  echo "  streamed text deltas: $(grep -c '"type":"text"' "$proto.out" || true)"
+  echo "  streamed tool calls: $(grep -c '"type":"tool_call"' "$proto.out" || true)"
   tail -1 "$proto.out" > "$proto.json"
   echo "  exit $code in $(( $(date +%s) - t0 ))s; answer: $(python3 -c 'import json,sys; print(repr((json.load(open(sys.argv[1]))["answer"] or "")[:100]))' "$proto.json")"
   check_run "$proto streaming" "$proto.json"
