@@ -112,6 +112,11 @@ const KEYS: &[(&str, Kind)] = &[
     ("idle_timeout", Kind::Duration),
     ("connect_timeout", Kind::Duration),
     ("context_window", Kind::Integer),
+    ("model_attempts", Kind::Integer),
+    ("model_backoff", Kind::Duration),
+    ("model_max_backoff", Kind::Duration),
+    ("max_retry_after", Kind::Duration),
+    ("model_cooldown", Kind::Duration),
 ];
 
 #[derive(Clone, Copy)]
@@ -354,7 +359,7 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window)"
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown)"
         );
     }
 

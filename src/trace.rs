@@ -69,6 +69,8 @@ pub enum NoteKind {
     OutcomeUnknown,
     /// A fallback hop was not called (missing tool, arguments that do not fit).
     FallbackSkipped,
+    /// An MCP server that had stopped was started again for a call (issue 16).
+    McpServerRestarted,
     /// A model response was cut off at its output limit and asked again once.
     Truncated,
 }
@@ -78,6 +80,7 @@ impl NoteKind {
         match self {
             NoteKind::OutcomeUnknown => "outcome_unknown",
             NoteKind::FallbackSkipped => "fallback_skipped",
+            NoteKind::McpServerRestarted => "mcp_server_restarted",
             NoteKind::Truncated => "truncated",
         }
     }

@@ -123,6 +123,13 @@ impl ScriptModel {
             .count();
         // Lets the durability tests check that a stored turn is never asked for again.
         crate::fault::observe(|| format!("turn {index}"));
+        // Every run a script drives checks the transcript invariant on every request.
+        if let Some(why) = super::pairing::unpaired(req.messages) {
+            return Err(ModelError::Config(format!(
+                "script {}: request for turn {index} breaks the transcript: {why}",
+                self.path
+            )));
+        }
         let turn = self
             .turns
             .get(index)

@@ -188,6 +188,31 @@ fn a_stdio_server_gets_the_command_tool_environment_and_its_secrets_are_redacted
 }
 
 #[test]
+fn a_server_that_does_not_start_stops_the_run_before_anything_is_written() {
+    // No Node.js needed: this "server" exits at once, before any handshake.
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[mcp.broken]\ncommand = [\"sh\", \"-c\", \"echo not an MCP server >&2; exit 3\"]\n",
+    );
+    one_call(&p, "broken__anything", json!({}));
+    let run = p.run(&["start", "task.md"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("mcp server `broken`"), "{run}");
+    assert!(
+        run.stderr.contains("not an MCP server"),
+        "server stderr is shown\n{run}"
+    );
+    assert!(!p.db().exists(), "nothing was written");
+    let check = p.run(&["tools", "check"]);
+    check.expect_code(2);
+    assert!(
+        check.stderr.contains("mcp server `broken`: cannot start"),
+        "{check}"
+    );
+}
+
+#[test]
 fn a_task_may_offer_every_tool_of_a_server_with_server_star() {
     let Some(p) = project(None, "tools = [\"echo\", \"get-sum\"]") else {
         return;
@@ -241,6 +266,15 @@ fn a_server_killed_mid_call_is_restarted_and_an_idempotent_call_retried() {
     assert_eq!(journal(&show, "call_0_0")["attempts"], 2, "{show:#}");
     let attempts = crate::common::events(&show, "tool_attempt");
     assert_eq!(attempts[0]["error"], "unavailable", "{attempts:#?}");
+    let notes = crate::common::events(&show, "note");
+    assert!(
+        notes.iter().any(|n| n["kind"] == "mcp_server_restarted"
+            && n["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("MCP server everything")),
+        "{notes:#?}"
+    );
 }
 
 #[test]
@@ -265,6 +299,21 @@ fn a_server_killed_mid_call_leaves_a_non_idempotent_call_outcome_unknown() {
         tool_result(&show, "call_1_0"),
         (json!("Echo: after restart"), false)
     );
+}
+
+#[test]
+fn by_default_a_lost_non_idempotent_mcp_call_escalates_for_a_person() {
+    let Some(p) = project(Some("server"), "") else {
+        return;
+    };
+    one_call(&p, "everything__echo", json!({"message": "once"}));
+    let run = p.run(&["start", "task.md", "--json"]);
+    run.expect_code(3);
+    let list = p
+        .run(&["escalations", "list", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(list[0]["kind"], "outcome_unknown", "{list}");
 }
 
 #[test]

@@ -37,6 +37,7 @@ impl Server {
     fn answer(&self, times: Option<u64>, response: ResponseTemplate) {
         let mut mock = Mock::given(method("POST"))
             .and(path(OPENAI_PATH))
+            .and(crate::common::paired())
             .respond_with(response);
         if let Some(n) = times {
             mock = mock.up_to_n_times(n).with_priority(1);
@@ -269,7 +270,10 @@ fn a_turn_cut_at_the_output_limit_is_asked_again_and_nothing_is_left_pending() {
 
 #[test]
 fn each_model_retry_is_traced_at_the_time_it_happened() {
-    let s = Server::new("stream = false");
+    // The retry keys are accepted in the front matter (backoff is under Retry-After).
+    let s = Server::new(
+        "stream = false\nmodel_attempts = 3\nmodel_backoff = \"10ms\"\nmodel_max_backoff = \"20ms\"\nmax_retry_after = \"5s\"\nmodel_cooldown = \"1m\"",
+    );
     s.answer(
         Some(2),
         ResponseTemplate::new(503)

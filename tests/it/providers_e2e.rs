@@ -96,7 +96,9 @@ impl Api {
         times: Option<u64>,
         response: ResponseTemplate,
     ) {
-        let mut mock = Mock::given(method("POST")).and(path(api_path));
+        let mut mock = Mock::given(method("POST"))
+            .and(path(api_path))
+            .and(crate::common::paired());
         if let Some(text) = when {
             mock = mock.and(body_string_contains(text));
         }

@@ -111,6 +111,7 @@ async fn serve_sse(api: Api, body: &str) -> MockServer {
     };
     Mock::given(method("POST"))
         .and(path(p))
+        .and(crate::common::paired())
         .respond_with(
             ResponseTemplate::new(200).set_body_raw(body.as_bytes().to_vec(), "text/event-stream"),
         )

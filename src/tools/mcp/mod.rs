@@ -34,6 +34,7 @@ use crate::config::types::{
 use crate::config::validate;
 use crate::tools::CallContext;
 use crate::tools::outcome::{AttemptResult, ErrorKind, ToolError};
+use crate::trace::{NoteKind, TraceEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -300,6 +301,19 @@ pub async fn call(
         timeout: def.retry.timeout,
     };
     let ended = pool.call(request).await;
+    if let server::CallEnded::Answered {
+        restarted: Some(start),
+        ..
+    } = &ended
+    {
+        ctx.events.emit(TraceEvent::Note {
+            kind: NoteKind::McpServerRestarted,
+            message: format!(
+                "MCP server {} had stopped and was started again (start {start} in this run)",
+                spec.server
+            ),
+        });
+    }
     let result = result::attempt_result(def, spec, ended);
     super::redacted(result, &pool.secrets(&spec.server))
 }

@@ -35,6 +35,8 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The last bytes of a stdio server's stderr, kept for error messages.
 const STDERR_TAIL: usize = 2048;
+/// How long a server that failed to start may take to finish writing its stderr.
+const STDERR_GRACE: Duration = Duration::from_millis(500);
 
 /// One call, as the pool runs it.
 pub struct CallRequest {
@@ -51,10 +53,10 @@ pub struct CallRequest {
 #[derive(Debug)]
 pub enum CallEnded {
     /// The server answered the call; `CallToolResult` as JSON. `restarted`: the server
-    /// was (re)started for this attempt.
+    /// had stopped and was started again for this attempt (the how-many-th start).
     Answered {
         result: Value,
-        restarted: bool,
+        restarted: Option<u32>,
     },
     /// A JSON-RPC error response.
     Rpc {
@@ -261,11 +263,12 @@ async fn handle(state: Arc<Mutex<State>>, request: Request) {
 async fn run_call(state: &Arc<Mutex<State>>, call: CallRequest) -> CallEnded {
     let (peer, restarted) = {
         let mut s = state.lock().await;
-        let restarted = s.service.as_ref().is_none_or(|svc| svc.is_closed());
+        let before = s.starts;
         let peer = match s.ensure().await {
             Ok(peer) => peer,
             Err(ended) => return ended,
         };
+        let restarted = (before > 0 && s.starts > before).then_some(s.starts);
         if !s.offered.contains(&call.tool) {
             return CallEnded::NotOffered {
                 offered: s.offered.iter().cloned().collect(),
@@ -329,6 +332,8 @@ struct State {
     offered: BTreeSet<String>,
     /// Consecutive crashes (or failed starts) since the last successful call.
     crashes: u32,
+    /// Successful starts in this run.
+    starts: u32,
     not_before: Option<Instant>,
     stderr: Arc<StdMutex<Vec<u8>>>,
     groups: Groups,
@@ -342,6 +347,7 @@ impl State {
             listed: Vec::new(),
             offered: BTreeSet::new(),
             crashes: 0,
+            starts: 0,
             not_before: None,
             stderr: Arc::default(),
             groups,
@@ -420,12 +426,18 @@ impl State {
                     let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
                     groups.insert(self.def.name.clone(), pid);
                 }
-                if let Some(pipe) = stderr {
-                    tokio::spawn(keep_tail(pipe, self.stderr.clone()));
+                let tail = stderr.map(|pipe| tokio::spawn(keep_tail(pipe, self.stderr.clone())));
+                match ().serve(transport).await {
+                    Ok(service) => service,
+                    Err(e) => {
+                        // A server that fails at once usually said why on stderr; give
+                        // the reader a moment to reach the end of it.
+                        if let Some(tail) = tail {
+                            let _ = tokio::time::timeout(STDERR_GRACE, tail).await;
+                        }
+                        return Err(self.with_stderr(e.to_string()));
+                    }
                 }
-                ().serve(transport)
-                    .await
-                    .map_err(|e| self.with_stderr(e.to_string()))?
             }
             McpTransport::Http { url, headers } => {
                 let client = http_client(headers)?;
@@ -444,6 +456,7 @@ impl State {
             .collect();
         self.offered = self.listed.iter().map(|t| t.name.clone()).collect();
         self.service = Some(service);
+        self.starts += 1;
         Ok(())
     }
 

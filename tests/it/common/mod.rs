@@ -314,3 +314,59 @@ pub fn notes(show: &Value) -> Vec<(u64, String)> {
         })
         .collect()
 }
+
+/// A wiremock matcher for model APIs: the request's transcript pairs every tool call
+/// with exactly one result, and every result with a call before it (OpenAI
+/// `tool_calls`/`tool_call_id`, Anthropic `tool_use`/`tool_result`). A request that
+/// breaks it matches no mock, so the run fails and the test with it.
+pub fn paired() -> Paired {
+    Paired
+}
+
+pub struct Paired;
+
+impl wiremock::Match for Paired {
+    fn matches(&self, request: &wiremock::Request) -> bool {
+        let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
+            return true;
+        };
+        let mut calls: Vec<(String, u32)> = Vec::new();
+        let ok = visit(&body, &mut calls) && calls.iter().all(|(_, n)| *n == 1);
+        if !ok {
+            eprintln!("model request breaks the tool call/result pairing: {body}");
+        }
+        ok
+    }
+}
+
+/// Walks a request body in order, counting results per call; false on a result
+/// without an earlier call, or a call id seen twice.
+fn visit(v: &Value, calls: &mut Vec<(String, u32)>) -> bool {
+    match v {
+        Value::Array(items) => items.iter().all(|i| visit(i, calls)),
+        Value::Object(o) => {
+            let call = match (o.get("type").and_then(Value::as_str), o.get("id")) {
+                (Some("tool_use") | Some("function"), Some(Value::String(id))) => Some(id),
+                _ => None,
+            };
+            if let Some(id) = call {
+                if calls.iter().any(|(c, _)| c == id) {
+                    return false;
+                }
+                calls.push((id.clone(), 0));
+            }
+            let result = o
+                .get("tool_call_id")
+                .or_else(|| o.get("tool_use_id"))
+                .and_then(Value::as_str);
+            if let Some(id) = result {
+                match calls.iter_mut().find(|(c, _)| c == id) {
+                    Some((_, n)) => *n += 1,
+                    None => return false,
+                }
+            }
+            o.values().all(|x| visit(x, calls))
+        }
+        _ => true,
+    }
+}
