@@ -700,3 +700,37 @@ fn a_response_body_over_16_mib_is_refused_unread() {
         "nothing of it was stored"
     );
 }
+
+// ---- 9. the database is private and never reached through a symlink ------------------
+
+#[test]
+fn the_database_folder_is_0700_its_file_0600_and_a_symlink_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    p.fast_tools("");
+    p.model_script(json!([{"text": "done"}]));
+    p.task("", "Hi.");
+    let db = p.path().join("private/dir/runs.db");
+    let db_s = db.to_string_lossy().to_string();
+    p.run_env(&["start", "task.md"], &[("AGENTRUN_DB", &db_s)])
+        .expect_code(0);
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&p.path().join("private")), 0o700);
+    assert_eq!(mode(&db), 0o600);
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    p.run_env(&["runs", "list"], &[("AGENTRUN_DB", &db_s)])
+        .expect_code(0);
+    assert_eq!(mode(&db), 0o600, "an existing 0666 file is tightened");
+
+    let link = p.path().join("link.db");
+    std::os::unix::fs::symlink(p.path().join("elsewhere.db"), &link).expect("symlink");
+    let run = p.run_env(
+        &["start", "task.md"],
+        &[("AGENTRUN_DB", &link.to_string_lossy())],
+    );
+    assert_ne!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("symbolic link"), "{run}");
+    assert!(!p.path().join("elsewhere.db").exists());
+}
