@@ -43,6 +43,8 @@ pub enum ErrorKind {
     // malformed: no call was made
     SchemaViolation,
     UnknownTool,
+    /// Beyond the per-turn cap of tool calls (issue 12 item 7): not made.
+    TooManyCalls,
     // guard
     CircuitOpen,
     ApprovalDenied,
@@ -55,7 +57,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 18] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::Unavailable,
@@ -68,6 +70,7 @@ impl ErrorKind {
         ErrorKind::Redirect,
         ErrorKind::SchemaViolation,
         ErrorKind::UnknownTool,
+        ErrorKind::TooManyCalls,
         ErrorKind::CircuitOpen,
         ErrorKind::ApprovalDenied,
         ErrorKind::Budget,
@@ -82,7 +85,7 @@ impl ErrorKind {
             Timeout | RateLimited | Unavailable | ServerError => ErrorClass::Transient,
             InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug | Redirect
             | OutcomeUnknown | AllToolsFailed => ErrorClass::Permanent,
-            SchemaViolation | UnknownTool => ErrorClass::Malformed,
+            SchemaViolation | UnknownTool | TooManyCalls => ErrorClass::Malformed,
             CircuitOpen | ApprovalDenied | Budget | ToolDisabled => ErrorClass::Guard,
         }
     }
@@ -106,6 +109,7 @@ impl ErrorKind {
             Redirect => "redirect",
             SchemaViolation => "schema_violation",
             UnknownTool => "unknown_tool",
+            TooManyCalls => "too_many_calls",
             CircuitOpen => "circuit_open",
             ApprovalDenied => "approval_denied",
             Budget => "budget",

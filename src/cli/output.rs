@@ -151,9 +151,12 @@ pub fn write_run_detail_json(
     Ok(())
 }
 
-/// Writes to stdout, returning the error (a closed pipe: `runs list | head`) instead of
-/// panicking like `print!`; `main` ends quietly on a broken pipe.
+/// Writes a human view to stdout, returning the error (a closed pipe: `runs list |
+/// head`) instead of panicking like `print!`; `main` ends quietly on a broken pipe.
+/// The text is made terminal-safe first ([`crate::render::text::terminal_safe`]): what
+/// a tool or a model wrote never reaches the terminal as escape sequences.
 pub fn print_out(text: &str) -> anyhow::Result<()> {
+    let text = crate::render::text::terminal_safe(text);
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     out.flush()?;

@@ -83,6 +83,15 @@ impl Machine<'_> {
         if let Some(ended) = journaled(step.journal.get(&call.id)) {
             return Next::Ended(ended);
         }
+        let max = crate::model::limits::MAX_CALLS_PER_TURN;
+        if step.at >= max {
+            // DESIGN §3 Limits (issue 12 item 7): one turn may not run unbounded work.
+            let err = ToolError::new(
+                ErrorKind::TooManyCalls,
+                format!("more than {max} tool calls in one turn; this one was not made"),
+            );
+            return Next::Ended(self.made(&call, Err(err), 0));
+        }
         if !step.offered.contains(&call.name) {
             // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
             // step (outside the task's subset, withdrawn, or the run is degraded) is

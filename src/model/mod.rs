@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod error;
+pub mod limits;
 pub mod openai;
 pub mod pairing;
 pub mod retry;
@@ -88,11 +89,16 @@ impl Provider {
     }
 
     /// One attempt; retries and fallbacks are [`retry::complete`]'s job.
+    /// Every response passes [`limits::check_response`] (issue 12 item 7).
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        match self {
-            Provider::Script(m) => m.complete(req),
-            Provider::OpenAi(m) => m.complete(req).await,
-            Provider::Anthropic(m) => m.complete(req).await,
-        }
+        let (resp, provider) = match self {
+            Provider::Script(m) => (m.complete(req), "script"),
+            Provider::OpenAi(m) => (m.complete(req).await, "openai"),
+            Provider::Anthropic(m) => (m.complete(req).await, "anthropic"),
+        };
+        let resp = resp?;
+        limits::check_response(&resp)
+            .map_err(|message| ModelError::BadResponse { provider, message })?;
+        Ok(resp)
     }
 }

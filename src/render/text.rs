@@ -73,9 +73,92 @@ pub fn indent(s: &str, by: usize) -> String {
     s.replace('\n', &format!("\n{}", " ".repeat(by)))
 }
 
+/// The colour codes [`super::style::Style`] writes; the only escapes a human view keeps.
+const OWN_SGR: [&str; 7] = ["0", "1", "2", "31", "32", "33", "36"];
+
+/// Text made safe for a terminal (issue 12 item 8): tool output, `ask_user` questions
+/// and answers can hold ESC/OSC sequences (an OSC 52 clipboard write, a cursor move
+/// that hides a line, a title change) or a carriage return that overprints. Every
+/// control character except newline and tab is removed — with its escape sequence
+/// when it starts one — as are bidirectional overrides, which can reorder what a
+/// person reads. Only the plain colour codes our own [`super::style::Style`] writes
+/// survive. `--json` output never goes through this: it keeps the data.
+pub fn terminal_safe(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if c == '\x1b' {
+            let rest = &s[i + 1..];
+            if let Some(body) = rest.strip_prefix('[')
+                && let Some(end) = body.find(|ch: char| !(ch.is_ascii_digit() || ch == ';'))
+                && body[end..].starts_with('m')
+                && OWN_SGR.contains(&&body[..end])
+            {
+                out.push_str(&s[i..i + 2 + end + 1]);
+                for _ in 0..(1 + end + 1) {
+                    chars.next();
+                }
+                continue;
+            }
+            skip_escape(&mut chars);
+            continue;
+        }
+        let kept = c == '\n' || c == '\t' || !(c.is_control() || is_bidi_control(c));
+        if kept {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Skips the rest of an escape sequence after ESC: CSI (`[` … final byte), OSC/DCS/
+/// APC/PM/SOS (up to BEL or ST), or a single following character.
+fn skip_escape(chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>) {
+    match chars.peek().map(|(_, c)| *c) {
+        Some('[') => {
+            chars.next();
+            for (_, c) in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+        Some(']' | 'P' | '_' | '^' | 'X') => {
+            chars.next();
+            while let Some((_, c)) = chars.next() {
+                if c == '\x07' {
+                    break;
+                }
+                if c == '\x1b' {
+                    if chars.peek().map(|(_, c)| *c) == Some('\\') {
+                        chars.next();
+                    }
+                    break;
+                }
+            }
+        }
+        Some(_) => {
+            chars.next();
+        }
+        None => {}
+    }
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn terminal_safe_strips_escapes_but_keeps_our_colours() {
+        let evil = "a\x1b]52;c;ZXZpbA==\x07b\x1b[2Jc\rd\x1b[8me\u{202E}f\x1b]0;title\x1b\\g\x07h";
+        assert_eq!(terminal_safe(evil), "abcdefgh");
+        let ours = "\x1b[1mbold\x1b[0m\n\tx \x1b[31mred\x1b[0m";
+        assert_eq!(terminal_safe(ours), ours);
+    }
 
     #[test]
     fn truncate_counts_columns_not_bytes() {

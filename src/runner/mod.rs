@@ -246,10 +246,15 @@ impl Drive<'_> {
         if first.stop != model::StopReason::MaxTokens {
             return Event::ModelReplied(first);
         }
-        // Cut off at the output limit (issue 15): not an answer, and its last tool call
-        // may be incomplete. Ask once more, with a note and the retry cap; the cut
-        // response is dropped (its tokens still count). A second cut ends the run as
-        // before (the machine keeps the text only), so no call is left without a result.
+        self.ask_after_cut(&req, first).await
+    }
+
+    /// A response cut off at the output limit (issue 15): not an answer, and its last
+    /// tool call may be incomplete. Ask once more, with a note and the retry cap; the
+    /// cut response is dropped (its tokens still count). A second cut ends the run as
+    /// before (the machine keeps the text only), so no call is left without a result.
+    async fn ask_after_cut(&self, req: &ModelRequest<'_>, first: model::ModelResponse) -> Event {
+        let r = self.runner;
         let settings = &r.resolved.snapshot.settings;
         let cap = settings
             .max_output_tokens_retry
@@ -276,7 +281,7 @@ impl Drive<'_> {
         let again = ModelRequest {
             messages: &messages,
             max_output_tokens: cap,
-            ..req
+            ..*req
         };
         match self.call_models(&again).await {
             Ok(mut second) => {

@@ -176,11 +176,23 @@ impl Store {
                 "no such file; `agentrun start` creates it, or pass --db / AGENTRUN_DB".into(),
             ));
         }
+        // A symlink (even a dangling one) could point the database anywhere: refused
+        // (issue 12 item 9).
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(open_err(
+                "is a symbolic link; agentrun does not follow it (point --db at the real file)"
+                    .into(),
+            ));
+        }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            use std::os::unix::fs::DirBuilderExt;
+            // Folders it creates are private: runs hold tool output and transcripts.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
                 .map_err(|e| open_err(format!("cannot create folder {}: {e}", dir.display())))?;
         }
-        let existed = path.exists();
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -189,9 +201,9 @@ impl Store {
             Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
         }
         .map_err(|e| open_err(e.to_string()))?;
-        if !existed {
-            restrict_permissions(path);
-        }
+        // An existing file loses group/other access too (one left 0666 by an older
+        // version or a copy); its owner bits are kept, so read-only stays read-only.
+        restrict_permissions(path);
         let store = Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
@@ -328,7 +340,8 @@ fn restrict_permissions(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     // Transcripts can hold customer data: owner-only, like an ssh key. Best effort:
     // a filesystem without Unix permissions is not a reason to refuse to run.
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o700);
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
 }
 
 pub(crate) fn now_ms() -> i64 {

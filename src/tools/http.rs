@@ -143,7 +143,26 @@ pub fn fill_url(template: &str, args: &Value) -> Result<Url, ToolError> {
         last = span.end;
     }
     filled.push_str(&template[last..]);
+    // Two placeholders can form a dot segment together (`{a}{b}` with `.` and `.`):
+    // the path is checked again after substitution (issue 12 item 9).
+    if dot_segments(&filled) > dot_segments(template) {
+        return Err(invalid(
+            "the arguments form a `.` or `..` path segment".to_string(),
+        ));
+    }
     Url::parse(&filled).map_err(|e| invalid(format!("the filled url is not valid: {e}")))
+}
+
+/// How many `.`/`..` segments the path of `url` (after `scheme://host`) holds.
+fn dot_segments(url: &str) -> usize {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[after_scheme..];
+    let Some(path_at) = rest.find('/') else {
+        return 0;
+    };
+    let path = &rest[path_at..];
+    let path = &path[..path.find(['?', '#']).unwrap_or(path.len())];
+    path.split('/').filter(|s| *s == "." || *s == "..").count()
 }
 
 /// Whether the placeholder at `span` is a whole path segment (`/{id}/`, `/{id}?`, …).

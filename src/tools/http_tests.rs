@@ -31,6 +31,14 @@ fn dot_segments_are_refused() {
 }
 
 #[test]
+fn two_placeholders_forming_a_dot_segment_are_refused() {
+    // Issue 12 item 9: `{a}{b}` with `.` and `.` is `..` after substitution.
+    let err = fill_url("http://h/kb/{a}{b}/x", &json!({"a": ".", "b": "."})).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidArguments);
+    assert!(fill_url("http://h/kb/{a}{b}?q=..", &json!({"a": "v", "b": "."})).is_ok());
+}
+
+#[test]
 fn a_missing_argument_is_invalid_arguments() {
     let err = fill_url("http://h/s?q={q}", &json!({})).unwrap_err();
     assert_eq!(

@@ -27,11 +27,21 @@ pub struct CallContext<'a> {
 }
 
 /// Runs one attempt, bounded by the tool's per-attempt timeout.
+/// A result nested deeper than [`crate::model::limits::MAX_DEPTH`] becomes a
+/// `tool_bug`: stored, it could never be read back (issue 12 item 7).
 pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> AttemptResult {
-    match &def.kind {
+    let result = match &def.kind {
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,
         ToolKind::Mcp(spec) => mcp::call(spec, def, args, ctx).await,
+    };
+    let max = crate::model::limits::MAX_DEPTH;
+    match result {
+        Ok(v) if crate::model::limits::depth(&v) > max => Err(outcome::ToolError::new(
+            outcome::ErrorKind::ToolBug,
+            format!("{}: the result nests deeper than {max} levels", def.name),
+        )),
+        other => other,
     }
 }
 

@@ -567,3 +567,170 @@ fn retry_after_above_max_retry_after_fails_rate_limited_at_once() {
         (&json!("rate_limited"), &json!(120))
     );
 }
+
+// ---- 8. no terminal escape reaches the person deciding --------------------------------
+
+#[test]
+fn escapes_in_tool_output_and_questions_never_reach_a_human_view() {
+    let p = Project::new();
+    p.fast_tools(
+        "[tools.lookup]\ndescription = \"lookup\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; printf 'ok\\\\033]52;c;ZXZpbA==\\\\007 done'\"]\n",
+    );
+    p.model_script(json!([
+        calls("lookup", 1),
+        {"tool_calls": [{"name": "ask_user", "args": {"question": "Approve?\u{1b}[2J\u{1b}]0;pwned\u{7}"}}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Look.");
+    let run = p.run(&["start", "task.md", "--json"]);
+    run.expect_code(3);
+    let id = p.only_run();
+    let human = [
+        p.run(&["runs", "show", &id]),
+        p.run(&["escalations", "list"]),
+        p.run(&["escalations", "show", "1"]),
+    ];
+    for view in &human {
+        view.expect_code(0);
+        assert!(
+            !view.stdout.contains('\u{1b}') && !view.stdout.contains('\u{7}'),
+            "{view}"
+        );
+    }
+    assert!(human[0].stdout.contains("ok"), "{}", human[0]);
+    assert!(human[2].stdout.contains("Approve?"), "{}", human[2]);
+    // --json keeps the data as it was.
+    let show = p.show(&id);
+    assert_eq!(
+        tool_result(&show, "call_0_0").0,
+        json!("ok\u{1b}]52;c;ZXZpbA==\u{7} done")
+    );
+}
+
+// ---- 7. a model cannot exhaust the machine or store what cannot be read back ----------
+
+#[test]
+fn calls_beyond_64_in_one_turn_are_answered_malformed_and_never_run() {
+    let p = Project::new();
+    p.fast_tools(&(logging_tool(&p, "count", "echo 1") + "idempotent = true\n"));
+    let many: Vec<Value> = (0..70)
+        .map(|i| json!({"name": "count", "args": {"i": i}}))
+        .collect();
+    p.model_script(json!([{ "tool_calls": many }, {"text": "done"}]));
+    p.task("", "Count.");
+    // (Six identical too_many_calls errors also make the stuck detector step in; the
+    // run's end does not matter here, only what ran.)
+    let (_, show) = p.start(&[]);
+    assert_eq!(p.lines("count.log"), 64);
+    let (content, is_error) = tool_result(&show, "call_0_69");
+    assert!(is_error);
+    assert_eq!(
+        (&content["error"], &content["class"]),
+        (&json!("too_many_calls"), &json!("malformed"))
+    );
+    assert_eq!(tool_result(&show, "call_0_63").0, json!(1));
+}
+
+#[test]
+fn duplicate_tool_call_ids_refuse_the_response_and_nothing_runs() {
+    let p = Project::new();
+    p.fast_tools(&logging_tool(&p, "pay", "echo paid"));
+    p.model_script(json!([
+        {"tool_calls": [{"id": "same", "name": "pay"}, {"id": "same", "name": "pay"}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Pay.");
+    let run = p.run(&["start", "task.md", "--json"]);
+    run.expect_code(1);
+    assert!(run.stdout.contains("share the id `same`"), "{run}");
+    assert_eq!(p.lines("pay.log"), 0);
+    p.run(&["runs", "show", &p.only_run()]).expect_code(0);
+}
+
+/// An OpenAI-style server answering every POST with `body`.
+fn openai_answering(body: ResponseTemplate) -> (Servers, Project, crate::common::Run) {
+    let s = Servers::new();
+    s.rt.block_on(
+        Mock::given(method("POST"))
+            .respond_with(body)
+            .mount(&s.home),
+    );
+    let p = Project::new();
+    p.fast_tools(&logging_tool(&p, "t", "echo ok"));
+    p.write("task.md", "+++\nmodel = \"openai:gpt-4o-mini\"\n+++\nGo.\n");
+    let run = p.run_env(
+        &["start", "task.md", "--json"],
+        &[
+            ("OPENAI_BASE_URL", &format!("{}/v1", s.home.uri())),
+            ("OPENAI_API_KEY", "sk-test"),
+        ],
+    );
+    (s, p, run)
+}
+
+#[test]
+fn arguments_nested_127_deep_are_refused_and_the_run_stays_readable() {
+    let args = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+    let body = json!({
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "t", "arguments": args}}]}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1}
+    });
+    let (_s, p, run) = openai_answering(ResponseTemplate::new(200).set_body_json(body));
+    run.expect_code(1);
+    assert!(run.stdout.contains("nest 127 levels deep"), "{run}");
+    assert_eq!(p.lines("t.log"), 0);
+    let id = p.only_run();
+    p.run(&["runs", "show", &id]).expect_code(0);
+    p.run(&["runs", "show", &id, "--json"]).expect_code(0);
+}
+
+#[test]
+fn a_response_body_over_16_mib_is_refused_unread() {
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(17 * 1024 * 1024));
+    let (_s, p, run) =
+        openai_answering(ResponseTemplate::new(200).set_body_raw(huge, "application/json"));
+    run.expect_code(1);
+    assert!(run.stdout.contains("larger than 16 MiB"), "{run}");
+    assert!(
+        p.db_bytes().len() < 4 * 1024 * 1024,
+        "nothing of it was stored"
+    );
+}
+
+// ---- 9. the database is private and never reached through a symlink ------------------
+
+#[test]
+fn the_database_folder_is_0700_its_file_0600_and_a_symlink_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Project::new();
+    p.fast_tools("");
+    p.model_script(json!([{"text": "done"}]));
+    p.task("", "Hi.");
+    let db = p.path().join("private/dir/runs.db");
+    let db_s = db.to_string_lossy().to_string();
+    p.run_env(&["start", "task.md"], &[("AGENTRUN_DB", &db_s)])
+        .expect_code(0);
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path).expect("stat").permissions().mode() & 0o777
+    };
+    assert_eq!(mode(&p.path().join("private")), 0o700);
+    assert_eq!(mode(&db), 0o600);
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    p.run_env(&["runs", "list"], &[("AGENTRUN_DB", &db_s)])
+        .expect_code(0);
+    assert_eq!(mode(&db), 0o600, "an existing 0666 file is tightened");
+
+    let link = p.path().join("link.db");
+    std::os::unix::fs::symlink(p.path().join("elsewhere.db"), &link).expect("symlink");
+    let run = p.run_env(
+        &["start", "task.md"],
+        &[("AGENTRUN_DB", &link.to_string_lossy())],
+    );
+    assert_ne!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("symbolic link"), "{run}");
+    assert!(!p.path().join("elsewhere.db").exists());
+}
