@@ -69,6 +69,8 @@ pub struct Resolved {
     pub models: Vec<Provider>,
     /// Models skipped after failing, for the rest of this process's run.
     pub breaker: crate::model::retry::ModelBreaker,
+    /// The run's MCP servers, when tools.toml declares any.
+    pub mcp: Option<Arc<mcp::Pool>>,
 }
 
 pub struct StartOptions {
@@ -150,9 +152,8 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();
-        let link = mcp::Link::default();
         // Names only: problems in the tools themselves are reported by `resolve_with`.
-        let _ = mcp::install(&mut with_mcp, &snapshot.mcp_tools, &link);
+        let _ = mcp::install(&mut with_mcp, &snapshot.mcp_tools);
         snapshot.tool_subset = Some(mcp::expand_subset(subset, &with_mcp));
     }
     let resolved = resolve_with(snapshot, pool)?;
@@ -174,11 +175,12 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
 fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Resolved, SetupError> {
     let tools_path = PathBuf::from(&snapshot.tools_path);
     let mut tools = config::parse(&snapshot.tools_toml, &tools_path)?;
-    if !tools.mcp.is_empty() {
-        let pool = pool.unwrap_or_else(|| Arc::new(mcp::Pool::start(tools.mcp.clone())));
-        mcp::install(&mut tools, &snapshot.mcp_tools, &mcp::Link::new(pool))
-            .map_err(|p| mcp_problems(&tools_path, &p))?;
-    }
+    let pool = if tools.mcp.is_empty() {
+        None
+    } else {
+        mcp::install(&mut tools, &snapshot.mcp_tools).map_err(|p| mcp_problems(&tools_path, &p))?;
+        Some(pool.unwrap_or_else(|| Arc::new(mcp::Pool::start(tools.mcp.clone()))))
+    };
     if let Some(subset) = &snapshot.tool_subset {
         for name in subset {
             if !tools.tools.contains_key(name) {
@@ -207,6 +209,7 @@ fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Reso
         tools,
         models,
         breaker: Default::default(),
+        mcp: pool,
     })
 }
 

@@ -81,7 +81,9 @@ fn with_mcp_tools(
         return Ok(cfg);
     }
     let (pool, found) = mcp::discover(&cfg.mcp);
-    let installed = found.and_then(|found| mcp::install(&mut cfg, &found, &mcp::Link::new(pool)));
+    // `pool` lives to the end of the check: dropping it stops the servers.
+    let installed = found.and_then(|found| mcp::install(&mut cfg, &found));
+    drop(pool);
     match installed {
         Ok(()) => Ok(cfg),
         Err(problems) => Err(config::ConfigErrors(

@@ -109,8 +109,6 @@ pub struct McpSpec {
     pub server: String,
     /// The server's own name for the tool (agentrun's is `SERVER__TOOL`).
     pub tool: String,
-    /// The run's connection to the server (started once per run, on first use).
-    pub link: crate::tools::mcp::Link,
     pub output_cap: usize,
 }
 

@@ -326,6 +326,7 @@ impl Drive<'_> {
             key: &key,
             clock: r.clock.as_ref(),
             events: &self.events,
+            mcp: r.resolved.mcp.as_deref(),
         };
         let (tools, prompts) = (&r.resolved.tools, &r.resolved.snapshot.prompts);
         let execution = match &call.approved_hop {

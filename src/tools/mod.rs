@@ -24,6 +24,9 @@ pub struct CallContext<'a> {
     pub key: &'a str,
     pub clock: &'a dyn Clock,
     pub events: &'a dyn EventSink,
+    /// The run's MCP servers (started once per run); `None` when it has none. A
+    /// connection, not configuration, so it travels with the call, not in `ToolDef`.
+    pub mcp: Option<&'a mcp::Pool>,
 }
 
 /// Runs one attempt, bounded by the tool's per-attempt timeout.

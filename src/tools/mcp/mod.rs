@@ -55,35 +55,6 @@ pub struct DiscoveredTool {
 /// Discovered tools by server name.
 pub type Discovered = BTreeMap<String, Vec<DiscoveredTool>>;
 
-/// The run's connection to its MCP servers, carried by each MCP tool's spec.
-///
-/// Connections are not configuration: two links always compare equal, so configs
-/// compare by what the user wrote.
-#[derive(Clone, Default)]
-pub struct Link(Option<Arc<Pool>>);
-
-impl Link {
-    pub fn new(pool: Arc<Pool>) -> Self {
-        Link(Some(pool))
-    }
-}
-
-impl PartialEq for Link {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl fmt::Debug for Link {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Link(pool)"
-        } else {
-            "Link(none)"
-        })
-    }
-}
-
 /// How long discovery waits for a server to start and list its tools.
 pub const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -135,7 +106,7 @@ pub fn tool_name(server: &str, tool: &str) -> String {
 /// Adds the discovered tools of every server to `cfg.tools`, checked like any tool:
 /// names, schemas, and the server section's `tools`/`idempotent`/`approval`/`fallback`
 /// must name tools the server offers.
-pub fn install(cfg: &mut ToolsConfig, found: &Discovered, link: &Link) -> Result<(), Vec<Problem>> {
+pub fn install(cfg: &mut ToolsConfig, found: &Discovered) -> Result<(), Vec<Problem>> {
     let mut problems = Vec::new();
     let servers = cfg.mcp.clone();
     for (name, server) in &servers {
@@ -171,7 +142,7 @@ pub fn install(cfg: &mut ToolsConfig, found: &Discovered, link: &Link) -> Result
             .iter()
             .filter(|t| server.tools.as_ref().is_none_or(|l| l.contains(&t.name)));
         for tool in chosen {
-            match tool_def(server, tool, link) {
+            match tool_def(server, tool) {
                 Ok(def) if cfg.tools.contains_key(&def.name) => say(format!(
                     "its tool `{}` clashes with [tools.{}]",
                     tool.name, def.name
@@ -224,7 +195,7 @@ fn check_fallback_targets(cfg: &ToolsConfig, problems: &mut Vec<Problem>) {
     }
 }
 
-fn tool_def(server: &McpServer, tool: &DiscoveredTool, link: &Link) -> Result<ToolDef, String> {
+fn tool_def(server: &McpServer, tool: &DiscoveredTool) -> Result<ToolDef, String> {
     let name = tool_name(&server.name, &tool.name);
     validate::check_tool_name(&name)?;
     validate::check_input_schema(&tool.input_schema).map_err(|e| format!("input_schema {e}"))?;
@@ -240,7 +211,6 @@ fn tool_def(server: &McpServer, tool: &DiscoveredTool, link: &Link) -> Result<To
         kind: ToolKind::Mcp(McpSpec {
             server: server.name.clone(),
             tool: tool.name.clone(),
-            link: link.clone(),
             output_cap: server.output_cap,
         }),
         retry: server.retry.clone(),
@@ -286,7 +256,7 @@ pub async fn call(
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
-    let Some(pool) = &spec.link.0 else {
+    let Some(pool) = ctx.mcp else {
         let msg = format!("{}: no connection to MCP server {}", def.name, spec.server);
         return Err(ToolError::new(ErrorKind::ToolBug, msg));
     };
@@ -356,7 +326,7 @@ approval = { "add" = "always" }
     #[test]
     fn discovered_tools_become_server_prefixed_tools() {
         let mut cfg = config();
-        install(&mut cfg, &found(&["echo", "add"]), &Link::default()).unwrap();
+        install(&mut cfg, &found(&["echo", "add"])).unwrap();
         let echo = &cfg.tools["ev__echo"];
         assert!(echo.idempotent);
         assert_eq!(echo.description, "echo (from MCP server ev)");
@@ -367,7 +337,7 @@ approval = { "add" = "always" }
     #[test]
     fn names_the_server_does_not_offer_are_problems() {
         let mut cfg = config();
-        let errs = install(&mut cfg, &found(&["echo"]), &Link::default()).unwrap_err();
+        let errs = install(&mut cfg, &found(&["echo"])).unwrap_err();
         assert_eq!(
             errs[0].to_string(),
             "mcp server `ev`: `approval` names `add`, which the server does not offer (it offers: echo)"
@@ -379,7 +349,7 @@ approval = { "add" = "always" }
         let mut cfg = config();
         let mut f = found(&["echo", "add"]);
         f.get_mut("ev").unwrap()[0].input_schema = json!({"type": "string"});
-        let errs = install(&mut cfg, &f, &Link::default()).unwrap_err();
+        let errs = install(&mut cfg, &f).unwrap_err();
         assert!(
             errs[0]
                 .message
@@ -390,7 +360,7 @@ approval = { "add" = "always" }
     #[test]
     fn server_star_expands_to_its_tools() {
         let mut cfg = config();
-        install(&mut cfg, &found(&["echo", "add"]), &Link::default()).unwrap();
+        install(&mut cfg, &found(&["echo", "add"])).unwrap();
         let subset = ["ev__*".to_string(), "ev__echo".to_string()];
         assert_eq!(expand_subset(&subset, &cfg), ["ev__add", "ev__echo"]);
     }

@@ -166,14 +166,12 @@ fn capped(content: Value, cap: usize) -> Value {
 mod tests {
     use super::*;
     use crate::config::types::{Approval, OnUnknown, RetryPolicy, ToolKind};
-    use crate::tools::mcp::Link;
     use serde_json::json;
 
     fn tool(idempotent: bool) -> (ToolDef, McpSpec) {
         let spec = McpSpec {
             server: "ev".into(),
             tool: "echo".into(),
-            link: Link::default(),
             output_cap: 64,
         };
         let def = ToolDef {

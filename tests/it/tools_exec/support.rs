@@ -143,6 +143,7 @@ impl Harness {
             key: "call-1",
             clock: &self.clock,
             events: &self.events,
+            mcp: None,
         }
     }
 
