@@ -44,6 +44,7 @@ pub async fn run(
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
     let (mut cmd, secrets) = build(spec, ctx)?;
+    descendants::become_subreaper();
     let result = run_child(&mut cmd, spec, def, args).await;
     super::redacted(result, &secrets)
 }
@@ -99,9 +100,15 @@ async fn run_child(
             format!("{}: wait failed: {e}", def.name),
         )),
         Err(_) => {
+            // Everything the tool started goes, `setsid` escapees included (issue 12
+            // item 9): the whole tree is frozen, then killed, then reaped.
+            let tree = child.id().map(descendants::freeze).unwrap_or_default();
             group.kill();
-            // Reap the direct child so it does not linger as a zombie; it was just killed.
+            let killed = descendants::kill(&tree);
+            // Reap the direct child first: its exit hands its children to us (we are
+            // their subreaper), and so on down the tree.
             let _ = child.wait().await;
+            descendants::reap(&killed);
             let limit = humantime::format_duration(def.retry.timeout);
             Err(ToolError::new(
                 ErrorKind::Timeout,
@@ -202,6 +209,96 @@ impl GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The processes a tool started, found through `/proc` (Linux). agentrun is a child
+/// subreaper, so a descendant whose parent died is handed to agentrun rather than to
+/// init and can still be reaped here.
+mod descendants {
+    /// Marks agentrun as a child subreaper (once; harmless to repeat).
+    pub fn become_subreaper() {
+        #[cfg(target_os = "linux")]
+        {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            // SAFETY: prctl(2) with PR_SET_CHILD_SUBREAPER takes plain integers.
+            ONCE.call_once(|| unsafe {
+                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+            });
+        }
+    }
+
+    /// `(pid, parent pid)` of every process we can see.
+    fn table() -> Vec<(i32, i32)> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| {
+            let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect()
+    }
+
+    /// Every descendant of `root` (not `root` itself), parents before children, each
+    /// stopped with SIGSTOP so none can fork a new one behind our back. Scans until a
+    /// pass finds nothing new.
+    pub fn freeze(root: u32) -> Vec<i32> {
+        let Ok(root) = i32::try_from(root) else {
+            return Vec::new();
+        };
+        let mut found: Vec<i32> = Vec::new();
+        for _ in 0..100 {
+            let table = table();
+            let mut grew = false;
+            let mut i = 0;
+            loop {
+                let parents: Vec<i32> = std::iter::once(root)
+                    .chain(found[i..].iter().copied())
+                    .collect();
+                let before = found.len();
+                for &(pid, ppid) in &table {
+                    if parents.contains(&ppid) && pid != root && !found.contains(&pid) {
+                        // SAFETY: kill(2) has no memory-safety preconditions.
+                        unsafe { libc::kill(pid, libc::SIGSTOP) };
+                        found.push(pid);
+                    }
+                }
+                if found.len() == before {
+                    break;
+                }
+                grew = true;
+                i = before;
+            }
+            if !grew {
+                break;
+            }
+        }
+        found
+    }
+
+    /// Kills the tree; returns the processes that were killed (not one we may not
+    /// signal, which `reap` must then not wait for).
+    pub fn kill(tree: &[i32]) -> Vec<i32> {
+        // SAFETY: as above. A stopped process still dies of SIGKILL.
+        let killed = |pid: &&i32| unsafe { libc::kill(**pid, libc::SIGKILL) } == 0;
+        tree.iter().filter(killed).copied().collect()
+    }
+
+    /// Waits for each killed descendant that has become our child. Parents come first,
+    /// so by the time a process is waited for, its parent's exit has handed it to us;
+    /// one that is not ours (ECHILD) is skipped.
+    pub fn reap(tree: &[i32]) {
+        for &pid in tree {
+            let mut status = 0;
+            // SAFETY: waitpid(2) writes only to `status`. The pid was SIGKILLed, so this
+            // returns as soon as the kernel has torn it down.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
     }
 }
 

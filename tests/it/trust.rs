@@ -734,3 +734,54 @@ fn the_database_folder_is_0700_its_file_0600_and_a_symlink_is_refused() {
     assert!(run.stderr.contains("symbolic link"), "{run}");
     assert!(!p.path().join("elsewhere.db").exists());
 }
+
+// ---- 9. a timeout kills every descendant, `setsid` escapees too -----------------------
+
+/// The session ids of every process we can see.
+fn sessions() -> Vec<(i32, i32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let rest = &stat[stat.rfind(')').unwrap() + 1..];
+        let sid = rest.split_whitespace().nth(3).unwrap().parse().unwrap();
+        out.push((pid, sid));
+    }
+    out
+}
+
+#[test]
+fn a_setsid_grandchild_dies_with_its_timed_out_tool() {
+    let p = Project::new();
+    // `setsid` is not a group leader here, so it execs in place: `$!` is the new
+    // session's leader, which then starts `sleep 30` inside that session.
+    let body = "setsid sh -c 'sleep 30; touch marker' & echo $! > grandchild.pid
+sleep 5";
+    let tools = logging_tool(&p, "slow", body) + "timeout = \"300ms\"\n";
+    p.fast_tools(&tools);
+    p.model_script(json!([calls("slow", 1), {"text": "done"}]));
+    p.task("", "Run it.");
+    let (run, _) = p.start(&[]);
+    // Not idempotent by default: a timeout is an unknown outcome, escalated.
+    run.expect_code(3);
+    let text = std::fs::read_to_string(p.path().join("grandchild.pid")).unwrap();
+    let sid: i32 = text.trim().parse().unwrap();
+    // Killed and reaped before agentrun exited: no process of that session is left,
+    // not even a zombie.
+    // SAFETY: kill(2) with signal 0 only checks for existence.
+    let alive = unsafe { libc::kill(sid, 0) } == 0;
+    assert!(!alive, "the setsid grandchild {sid} survived");
+    let left: Vec<i32> = sessions()
+        .into_iter()
+        .filter(|&(_, s)| s == sid)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "processes of the escaped session survived: {left:?}"
+    );
+}
