@@ -31,6 +31,10 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     // The file must parse before the machine checks (interpreters, run bits, `${VAR}`s)
     // mean anything; both kinds are listed together.
     let checked = config::load(tools).and_then(|(cfg, text)| {
+        // Warnings go to stderr and leave the exit code alone.
+        for w in preflight::literal_credentials(&cfg, tools) {
+            eprintln!("{w}");
+        }
         let problems = preflight::check(&cfg, &text, tools, None, &preflight::Env::process());
         if problems.is_empty() {
             with_mcp_tools(tools, cfg)

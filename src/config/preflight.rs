@@ -319,3 +319,56 @@ mod tests {
         assert_eq!(schemas_declared(text), ["a"]);
     }
 }
+
+/// Warnings (issue 12 item 9): credentials written literally into tools.toml — a
+/// secret-looking header not built from `${VAR}`, a secret-named `set` value, a URL
+/// with `user:password@`. They work, so they are not errors; but the file gets copied,
+/// committed and snapshotted into every run. Each line names file, tool, key and fix.
+pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
+    use crate::redact::{is_secret_name, url_credentials};
+    let file = origin.display();
+    let mut out = Vec::new();
+    for (name, tool) in &cfg.tools {
+        let mut warn = |key: String, fix: &str| {
+            out.push(format!(
+                "warning: {file}: tool `{name}`: {key} holds a literal credential; {fix}"
+            ));
+        };
+        match &tool.kind {
+            ToolKind::Http(spec) => {
+                if url_credentials(&spec.url).is_some() {
+                    warn(
+                        "url".into(),
+                        "remove `user:password@` and send an `Authorization` header built from `${VAR}`",
+                    );
+                }
+                for (header, value) in &spec.headers {
+                    let scheme = ["bearer ", "basic ", "token "]
+                        .iter()
+                        .any(|s| value.to_ascii_lowercase().starts_with(s));
+                    let secret = is_secret_name(header) || header.eq_ignore_ascii_case("cookie");
+                    if (secret || scheme) && !value.contains("${") {
+                        warn(
+                            format!("headers.{header}"),
+                            "use `${VAR}` (e.g. \"Bearer ${API_TOKEN}\") and export VAR",
+                        );
+                    }
+                }
+            }
+            ToolKind::Command(spec) => {
+                for (var, value) in &spec.set {
+                    // `PATH` contains the marker `PAT` but holds no secret.
+                    let secret = is_secret_name(&var.to_ascii_uppercase().replace("PATH", ""));
+                    if (secret && !value.is_empty()) || url_credentials(value).is_some() {
+                        warn(
+                            format!("set.{var}"),
+                            "export it and list it in `env` instead (the `${VAR}` way)",
+                        );
+                    }
+                }
+            }
+            ToolKind::Mcp(_) => {}
+        }
+    }
+    out
+}

@@ -785,3 +785,38 @@ sleep 5";
         "processes of the escaped session survived: {left:?}"
     );
 }
+
+// ---- 9. `tools check` warns about credentials written into tools.toml ----------------
+
+#[test]
+fn tools_check_warns_about_literal_credentials_and_keeps_exit_0() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[tools.kb]\ndescription = \"kb\"\ninput_schema = { type = \"object\" }\n\
+         http = { url = \"https://bob:hunter22@kb.example/q\", headers = { Authorization = \"Bearer sk-live-1234\", x-env = \"${KB_ENV}\", x-trace = \"on\" } }\n\n\
+         [tools.deploy]\ndescription = \"deploy\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"cat\"]\nset = { DEPLOY_TOKEN = \"tok-5678\", PATH = \"/usr/bin\", MODE = \"prod\" }\n\n\
+         [tools.fine]\ndescription = \"fine\"\ninput_schema = { type = \"object\" }\n\
+         http = { url = \"https://kb.example/q\", headers = { Authorization = \"Bearer ${KB_TOKEN}\" } }\n",
+    );
+    let r = p.run_env(&["tools", "check"], &[("KB_TOKEN", "t"), ("KB_ENV", "e")]);
+    r.expect_code(0);
+    let warnings: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    for want in [
+        "warning: tools.toml: tool `kb`: url holds a literal credential",
+        "warning: tools.toml: tool `kb`: headers.Authorization holds a literal credential; use `${VAR}`",
+        "warning: tools.toml: tool `deploy`: set.DEPLOY_TOKEN holds a literal credential",
+    ] {
+        assert!(
+            warnings.iter().any(|l| l.starts_with(want)),
+            "`{want}` missing:\n{r}"
+        );
+    }
+    assert_eq!(warnings.len(), 3, "nothing else is flagged:\n{r}");
+    assert!(r.stdout.contains("ok, 3 tool(s)"), "{r}");
+}
