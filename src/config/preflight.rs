@@ -275,51 +275,6 @@ fn unset_vars(template: &str, env: &Env<'_>) -> Vec<String> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn no_env() -> Env<'static> {
-        Env { var: &|_| None }
-    }
-
-    #[test]
-    fn a_transposed_interpreter_is_one_edit_away() {
-        assert_eq!(edit_distance("pyhton3", "python3"), 1);
-        assert_eq!(edit_distance("python3", "python3"), 0);
-        assert_eq!(edit_distance("nod", "node"), 1);
-    }
-
-    #[test]
-    fn unset_header_variables_are_named_once() {
-        let env = Env {
-            var: &|n| (n == "SET").then(|| OsString::from("x")),
-        };
-        assert_eq!(
-            unset_vars("Bearer ${TOKEN} ${SET} ${TOKEN}", &env),
-            ["TOKEN"]
-        );
-    }
-
-    #[test]
-    fn a_bare_program_not_on_path_says_so() {
-        let got = command_problems(&["nosuchprog".into()], Path::new("."), &no_env());
-        assert_eq!(
-            got,
-            [
-                "command[0]: `nosuchprog` is not on PATH; install it, fix the name, or give its full path"
-            ]
-        );
-    }
-
-    #[test]
-    fn schemas_are_read_from_the_text() {
-        let text =
-            "[tools.a]\ninput_schema = { type = \"object\" }\n[tools.b]\ncommand = [\"x\"]\n";
-        assert_eq!(schemas_declared(text), ["a"]);
-    }
-}
-
 /// Warnings (issue 12 item 9): credentials written literally into tools.toml — a
 /// secret-looking header not built from `${VAR}`, a secret-named `set` value, a URL
 /// with `user:password@`. They work, so they are not errors; but the file gets copied,
@@ -371,4 +326,49 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env() -> Env<'static> {
+        Env { var: &|_| None }
+    }
+
+    #[test]
+    fn a_transposed_interpreter_is_one_edit_away() {
+        assert_eq!(edit_distance("pyhton3", "python3"), 1);
+        assert_eq!(edit_distance("python3", "python3"), 0);
+        assert_eq!(edit_distance("nod", "node"), 1);
+    }
+
+    #[test]
+    fn unset_header_variables_are_named_once() {
+        let env = Env {
+            var: &|n| (n == "SET").then(|| OsString::from("x")),
+        };
+        assert_eq!(
+            unset_vars("Bearer ${TOKEN} ${SET} ${TOKEN}", &env),
+            ["TOKEN"]
+        );
+    }
+
+    #[test]
+    fn a_bare_program_not_on_path_says_so() {
+        let got = command_problems(&["nosuchprog".into()], Path::new("."), &no_env());
+        assert_eq!(
+            got,
+            [
+                "command[0]: `nosuchprog` is not on PATH; install it, fix the name, or give its full path"
+            ]
+        );
+    }
+
+    #[test]
+    fn schemas_are_read_from_the_text() {
+        let text =
+            "[tools.a]\ninput_schema = { type = \"object\" }\n[tools.b]\ncommand = [\"x\"]\n";
+        assert_eq!(schemas_declared(text), ["a"]);
+    }
 }
