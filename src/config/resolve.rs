@@ -183,8 +183,21 @@ fn resolve_policy(raw: RawPolicy, sink: &mut Sink) -> Policy {
             let msg = "must not be empty (it would match every argument)".into();
             sink.key(place, &format!("approval_patterns[{i}]"), msg);
         }
-        // Matching is case-insensitive: arguments are lower-cased before comparing.
-        p.approval_patterns.push(pattern.to_lowercase());
+        // `re:…` is a regular expression, checked here so a typo fails at load time;
+        // anything else is a substring compared case- and whitespace-insensitively.
+        if let Some(re) = pattern.strip_prefix(REGEX_PREFIX) {
+            if let Err(e) = pattern_regex(re) {
+                // regex's message is several lines with a caret; its last line says why.
+                let text = e.to_string();
+                let why = text.lines().last().unwrap_or_default().trim();
+                let why = why.strip_prefix("error: ").unwrap_or(why);
+                let msg = format!("not a valid regular expression: {why}");
+                sink.key(place, &format!("approval_patterns[{i}]"), msg);
+            }
+            p.approval_patterns.push(pattern);
+        } else {
+            p.approval_patterns.push(normalise_text(&pattern));
+        }
     }
     p
 }

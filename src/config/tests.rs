@@ -197,11 +197,11 @@ fn retry_values_inherit_tool_then_defaults_then_built_in() {
 fn optional_keys_resolve_to_their_values() {
     let extra = "env = [\"GH_TOKEN\"]\noutput_cap = 1024\non_unknown = \"tell_model\"\napproval = \"never\"";
     let text = format!(
-        "[policy]\napproval_patterns = [\"RM -RF\"]\n{}",
+        "[policy]\napproval_patterns = [\"RM  -RF\", \"re:A\\\\s\"]\n{}",
         cmd_tool("t", extra)
     );
     let cfg = parse_ok(&text);
-    assert_eq!(cfg.policy.approval_patterns, vec!["rm -rf".to_string()]);
+    assert_eq!(cfg.policy.approval_patterns, vec!["rm -rf", r"re:A\s"]);
     let t = &cfg.tools["t"];
     assert_eq!(
         (t.on_unknown, t.approval),
@@ -301,6 +301,10 @@ fn each_defect_has_its_own_one_line_message() {
         (
             "[policy]\nbreaker_threshold = 0".into(),
             "tools.toml: policy.breaker_threshold: must be at least 1, not 0",
+        ),
+        (
+            "[policy]\napproval_patterns = [\"re:rm (-rf\"]".into(),
+            "tools.toml: policy.approval_patterns[0]: not a valid regular expression: unclosed group",
         ),
         (
             "[policy]\napproval_patterns = [\"rm\", \" \"]".into(),

@@ -40,7 +40,8 @@ pub struct Policy {
     pub breaker_threshold: u32,
     pub disable_after: u32,
     pub stuck_repeats: u32,
-    /// Lower-cased substrings; an argument value containing one needs approval.
+    /// Normalised substrings ([`normalise_text`]) or `re:`-prefixed regular
+    /// expressions (validated at load); an argument matching one needs approval.
     pub approval_patterns: Vec<String>,
 }
 
@@ -185,3 +186,20 @@ pub struct ToolsConfig {
 }
 
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
+
+/// An `approval_patterns` entry starting with this is a regular expression.
+pub const REGEX_PREFIX: &str = "re:";
+
+/// Lower-cases and turns every whitespace run into one space, so `DROP  TABLE` and
+/// `drop\ttable` both read `drop table`.
+pub fn normalise_text(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// Compiles an approval pattern's regular expression (case-insensitive).
+pub fn pattern_regex(re: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(re).case_insensitive(true).build()
+}

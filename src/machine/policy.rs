@@ -2,7 +2,7 @@
 //! breaker, tool withdrawal, stuck detection and approval rules. No IO, so every rule
 //! is tested directly.
 
-use crate::config::{Approval, Policy, ToolDef};
+use crate::config::{Approval, Policy, REGEX_PREFIX, ToolDef, normalise_text, pattern_regex};
 use crate::machine::state::LoopState;
 use crate::tools::outcome::{ErrorClass, ErrorKind};
 use serde_json::Value;
@@ -97,13 +97,37 @@ pub fn needs_approval(def: &ToolDef, args: &Value, policy: &Policy) -> bool {
     match def.approval {
         Approval::Always => true,
         Approval::Never => false,
-        Approval::Auto => {
-            let text = args.to_string().to_lowercase();
-            policy
-                .approval_patterns
-                .iter()
-                .any(|p| text.contains(p.as_str()))
+        Approval::Auto => matches_approval_pattern(args, &policy.approval_patterns),
+    }
+}
+
+/// Whether any pattern matches the call's arguments: each string value (keys too) and
+/// the whole serialised JSON, all normalised ([`normalise_text`]), so neither case nor
+/// whitespace runs nor JSON escapes (`\t`) hide a match. A safety net, not a guarantee.
+pub fn matches_approval_pattern(args: &Value, patterns: &[String]) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let mut texts = vec![normalise_text(&args.to_string())];
+    collect_strings(args, &mut texts);
+    patterns.iter().any(|p| match p.strip_prefix(REGEX_PREFIX) {
+        // Validated at load; an invalid one (unreachable) errs on the side of asking.
+        Some(re) => pattern_regex(re).map_or(true, |re| texts.iter().any(|t| re.is_match(t))),
+        None => texts.iter().any(|t| t.contains(p.as_str())),
+    })
+}
+
+fn collect_strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(normalise_text(s)),
+        Value::Array(items) => items.iter().for_each(|i| collect_strings(i, out)),
+        Value::Object(map) => {
+            for (k, i) in map {
+                out.push(normalise_text(k));
+                collect_strings(i, out);
+            }
         }
+        _ => {}
     }
 }
 
@@ -345,5 +369,35 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn approval_patterns_ignore_case_whitespace_runs_and_json_escapes() {
+        let pats = vec!["drop table".to_string()];
+        for arg in ["DROP  TABLE users", "drop\ttable users", "Drop\n Table x"] {
+            assert!(
+                matches_approval_pattern(&serde_json::json!({"sql": arg}), &pats),
+                "{arg:?}"
+            );
+        }
+        assert!(!matches_approval_pattern(
+            &serde_json::json!({"sql": "select * from droptable"}),
+            &pats
+        ));
+    }
+
+    #[test]
+    fn approval_regex_patterns_match_rearranged_flags() {
+        let pats = vec![r"re:rm\s+-(r\s*-?f|f\s*-?r)".to_string()];
+        for cmd in ["rm -r -f /", "RM -fr /", "rm  -rf /", "rm\t-f -r x"] {
+            assert!(
+                matches_approval_pattern(&serde_json::json!({"cmd": [cmd]}), &pats),
+                "{cmd:?}"
+            );
+        }
+        assert!(!matches_approval_pattern(
+            &serde_json::json!({"cmd": "rm -i x"}),
+            &pats
+        ));
     }
 }

@@ -734,3 +734,28 @@ fn the_database_folder_is_0700_its_file_0600_and_a_symlink_is_refused() {
     assert!(run.stderr.contains("symbolic link"), "{run}");
     assert!(!p.path().join("elsewhere.db").exists());
 }
+
+// ---- 9. approval patterns ignore case and whitespace runs -----------------------------
+
+#[test]
+fn an_approval_pattern_catches_drop_table_with_a_double_space() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[policy]\napproval_patterns = [\"drop table\", 're:rm\\s+-(r\\s*-?f|f\\s*-?r)']\n\
+         [tools.sql]\ndescription = \"s\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat > /dev/null; echo ran >> sql.log\"]\n",
+    );
+    p.model_script(json!([
+        {"tool_calls": [{"name": "sql", "args": {"q": "DROP  TABLE users"}}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Clean up.");
+    let start = p.run(&["start", "task.md", "--json"]);
+    start.expect_code(3);
+    assert_eq!(start.json()["status"], "awaiting_approval", "{start}");
+    assert!(
+        !p.path().join("sql.log").exists(),
+        "the call ran before approval"
+    );
+}
