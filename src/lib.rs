@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod digest;
 pub mod fault;
 pub mod machine;
 pub mod model;

@@ -60,6 +60,10 @@ pub struct Snapshot {
     /// across databases even should two run ids collide. Empty for runs started before.
     #[serde(default)]
     pub call_salt: String,
+    /// Tool name → (program file, SHA-256) at start; `resume` says when one changed.
+    /// Empty for runs started before (issue 12).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub program_digests: BTreeMap<String, (String, String)>,
 }
 
 /// A validated snapshot, ready to drive.
@@ -149,6 +153,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         max_output_tokens: settings.max_output_tokens,
         settings,
         call_salt: format!("{:016x}", rand::random::<u64>()),
+        program_digests: crate::digest::program_digests(&cfg),
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();

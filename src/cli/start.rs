@@ -206,6 +206,10 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     if let Some(spec) = &args.model {
         switch_model(&mut snapshot, spec, &row.task_path)?;
     }
+    // A program edited since start (e.g. after its call was approved): say so, go on.
+    for line in crate::digest::changed(&snapshot.program_digests) {
+        eprintln!("{line}");
+    }
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;
     if args.model.is_some() {

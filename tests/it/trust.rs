@@ -759,3 +759,46 @@ fn an_approval_pattern_catches_drop_table_with_a_double_space() {
         "the call ran before approval"
     );
 }
+
+// ---- 9. a program edited between approval and resume is named on resume -------------
+
+#[test]
+fn resume_names_a_tool_script_edited_after_approval() {
+    let p = Project::new();
+    p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho sent\n");
+    p.write(
+        "tools.toml",
+        "[tools.send]\ndescription = \"s\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"send.sh\"]\napproval = \"always\"\n",
+    );
+    p.model_script(json!([
+        {"tool_calls": [{"name": "send", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Send it.");
+    let start = p.run(&["start", "task.md", "--json"]);
+    start.expect_code(3);
+    let v = start.json();
+    let (run, esc) = (
+        v["run_id"].as_str().expect("run id").to_string(),
+        v["escalation_id"]
+            .as_str()
+            .expect("escalation id")
+            .to_string(),
+    );
+    p.run(&["escalations", "resolve", &esc, "--approve"])
+        .expect_code(0);
+    p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho edited\n");
+    let r = p.run(&["resume", &run]);
+    r.expect_code(0);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("changed since the run started"))
+        .unwrap_or_else(|| panic!("no change line: {r}"));
+    assert!(
+        line.contains("tool `send`") && line.contains("send.sh"),
+        "{r}"
+    );
+    assert_eq!(r.stdout, "done\n", "{r}");
+}
