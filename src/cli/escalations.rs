@@ -159,7 +159,16 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         e.step,
         rfc3339(e.created_at)
     )?;
-    writeln!(o, "tool {}", e.detail.facts.tool())?;
+    if let Facts::AllToolsFailed(f) = &e.detail.facts {
+        let tools: Vec<String> = f
+            .tools
+            .iter()
+            .map(|t| format!("{} ({} failures)", t.tool, t.failures))
+            .collect();
+        writeln!(o, "tools {}", tools.join(", "))?;
+    } else {
+        writeln!(o, "tool {}", e.detail.facts.tool())?;
+    }
     if let Some(args) = e.detail.facts.args() {
         writeln!(o, "arguments {args}")?;
     }
@@ -280,7 +289,7 @@ fn allowed(kind: EscalationKind) -> &'static [&'static str] {
         EscalationKind::OutcomeUnknown | EscalationKind::BreakerOpen | EscalationKind::Stuck => {
             &["--approve", "--reply TEXT", "--deny REASON"]
         }
-        EscalationKind::ToolBug => &["--reply TEXT", "--approve"],
+        EscalationKind::ToolBug | EscalationKind::AllToolsFailed => &["--reply TEXT", "--approve"],
     }
 }
 

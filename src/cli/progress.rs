@@ -254,9 +254,12 @@ fn notice_line(n: &Notice) -> String {
         Notice::Escalated { id, kind, summary } => {
             format!("agentrun: escalation {id} ({kind}): {summary}")
         }
-        Notice::ToolBugQueued { id } => format!(
-            "agentrun: escalation {id} (tool_bug) queued for the tool's owner; the run goes on"
-        ),
+        Notice::ToolBugQueued { id, kind } => match kind {
+            crate::store::EscalationKind::ToolBug => format!(
+                "agentrun: escalation {id} (tool_bug) queued for the tool's owner; the run goes on"
+            ),
+            _ => format!("agentrun: escalation {id} ({kind}) queued; the run goes on"),
+        },
         Notice::Nudged { step, what } => format!("agentrun: step {step}: nudged: {what}"),
         Notice::Degraded => {
             "agentrun: every tool was withdrawn; asking for an answer without tools".into()

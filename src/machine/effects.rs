@@ -181,8 +181,12 @@ pub enum Notice {
         kind: EscalationKind,
         summary: String,
     },
-    /// A tool-bug report was queued; the run goes on.
-    ToolBugQueued { id: EscalationId },
+    /// A report that does not pause (tool_bug, all_tools_failed) was queued; the run
+    /// goes on.
+    ToolBugQueued {
+        id: EscalationId,
+        kind: EscalationKind,
+    },
     /// The stuck detector fired for the first time; the model was nudged.
     Nudged { step: u32, what: String },
     /// Every tool was withdrawn; the model is asked for an answer without tools.

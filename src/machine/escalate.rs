@@ -107,6 +107,12 @@ fn suggested_next_step(kind: EscalationKind, tool: &str) -> String {
             "The tool {tool} crashed or answered nonsense: its owner should look at the error \
              above. Acknowledge with --reply TEXT."
         ),
+        EscalationKind::AllToolsFailed => {
+            "Every tool was withdrawn and the run completed with an answer given without \
+             tools: check what it says it could not verify, fix the tools above, and \
+             acknowledge with --reply TEXT."
+                .into()
+        }
     }
 }
 

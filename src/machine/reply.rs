@@ -4,9 +4,12 @@
 use super::effects::{Commit, Effect, Notice, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, Step};
+use crate::config::ToolDef;
 use crate::machine::state::LoopState;
 use crate::model::{Message, ModelResponse, Part, Role, StopReason as ModelStop};
-use crate::store::{EscalationRow, JournalEntry, RunStatus};
+use crate::store::{
+    AllToolsFailedFacts, EscalationRow, Facts, JournalEntry, RunStatus, ToolFailures,
+};
 use std::collections::HashMap;
 
 impl Machine<'_> {
@@ -139,6 +142,14 @@ impl Machine<'_> {
             let text = self.rules.prompts.degraded.trim();
             step.notes.push(Message::text(Role::System, text));
             out.push(Effect::Notice(Notice::Degraded));
+            let mut transcript = self.messages.clone();
+            transcript.extend(step.new_messages.iter().cloned());
+            out.push(report_all_tools_failed(
+                &transcript,
+                step.number,
+                &step.next,
+                &configured,
+            ));
         }
         step.new_messages.append(&mut step.notes);
         let Some((problem, facts)) = step.escalation.take() else {
@@ -169,7 +180,46 @@ impl Machine<'_> {
         }));
         out
     }
+}
 
+/// Every tool was withdrawn: a report that does not pause (the run goes on to a
+/// degraded answer), naming each tool and its failures.
+fn report_all_tools_failed(
+    messages: &[Message],
+    step: u32,
+    next: &LoopState,
+    configured: &[&ToolDef],
+) -> Effect {
+    let tools: Vec<ToolFailures> = configured
+        .iter()
+        .map(|t| ToolFailures {
+            tool: t.name.clone(),
+            failures: next.tool_failures.get(&t.name).copied().unwrap_or(0),
+        })
+        .collect();
+    let named: Vec<String> = tools
+        .iter()
+        .map(|t| format!("{} ({} failures)", t.tool, t.failures))
+        .collect();
+    let (summary, detail) = Raise {
+        messages,
+        problem: format!(
+            "every tool was withdrawn after repeated failures: {}; the model was asked for \
+                 an answer without tools",
+            named.join(", ")
+        ),
+        facts: Facts::AllToolsFailed(AllToolsFailedFacts { tools }),
+    }
+    .build();
+    Effect::Escalate {
+        step,
+        summary,
+        detail,
+        pause_as: None,
+    }
+}
+
+impl Machine<'_> {
     /// The commit effect; the machine moves on as of it (a commit that fails ends the
     /// run in the driver).
     fn commit(&mut self, c: Commit) -> Effect {

@@ -15,8 +15,9 @@ use crate::model::{Message, ModelResponse, Part, Role, StopReason as ModelStop, 
 use crate::prompts::Prompts;
 use crate::recovery::{CallOutcome, Execution};
 use crate::store::{
-    BreakerFacts, CallRecord, CallStatus, EscalationDetail, EscalationId, EscalationKind,
-    EscalationRow, Facts, Handover, JournalEntry, Resolution, RunId, RunStatus,
+    AllToolsFailedFacts, BreakerFacts, CallRecord, CallStatus, EscalationDetail, EscalationId,
+    EscalationKind, EscalationRow, Facts, Handover, JournalEntry, Resolution, RunId, RunStatus,
+    ToolFailures,
 };
 use crate::taxonomy::ErrorKind;
 use crate::trace::{NoteKind, TraceEvent};
@@ -579,6 +580,55 @@ fn withdrawing_the_last_tool_degrades_the_run_to_an_answer_without_tools() {
     assert_eq!(last, h.prompts.degraded.trim());
     let next = ask_with_state(&mut m);
     assert!(next.tools.is_empty(), "no tools once degraded");
+}
+
+#[test]
+fn withdrawing_the_last_tool_raises_an_all_tools_failed_report_that_does_not_pause() {
+    let mut h = H::new();
+    h.subset = Some(vec!["lookup".into()]);
+    let mut state = LoopState::default();
+    state.tool_failures.insert("lookup".into(), 2);
+    let mut m = h.machine(state);
+    ask(&mut m);
+    m.handle(Event::ModelReplied(reply(vec![call(
+        "c1",
+        "lookup",
+        json!({"q": 1}),
+    )])));
+    let out = m.handle(Event::CallRan {
+        call_id: "c1".into(),
+        execution: failure(ErrorKind::NotFound, "none", 1),
+    });
+    let raised: Vec<_> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Escalate {
+                pause_as, detail, ..
+            } => Some((pause_as, detail)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(raised.len(), 1, "{out:?}");
+    let (pause_as, detail) = raised[0];
+    assert_eq!(*pause_as, None, "the run goes on to a degraded answer");
+    assert_eq!(detail.kind(), EscalationKind::AllToolsFailed);
+    assert_eq!(
+        detail.facts,
+        Facts::AllToolsFailed(AllToolsFailedFacts {
+            tools: vec![ToolFailures {
+                tool: "lookup".into(),
+                failures: 3
+            }]
+        })
+    );
+    assert!(
+        detail.handover.problem.contains("lookup (3 failures)"),
+        "{}",
+        detail.handover.problem
+    );
+    let c = commit(&out);
+    assert!(c.escalation.is_none() && c.status == RunStatus::Running);
+    assert_eq!(out.last(), Some(&Effect::LoadStep { step: 2 }));
 }
 
 fn ask_with_state(m: &mut Machine<'_>) -> Ask {

@@ -386,7 +386,10 @@ impl Drive<'_> {
                 kind: detail.kind(),
                 summary: summary.to_string(),
             },
-            None => Notice::ToolBugQueued { id },
+            None => Notice::ToolBugQueued {
+                id,
+                kind: detail.kind(),
+            },
         });
         Ok(())
     }

@@ -76,6 +76,19 @@ pub struct StuckFacts {
     pub tool: String,
 }
 
+/// One withdrawn tool and how many times it failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolFailures {
+    pub tool: String,
+    pub failures: u32,
+}
+
+/// Every tool the run had, each withdrawn after its failures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllToolsFailedFacts {
+    pub tools: Vec<ToolFailures>,
+}
+
 /// The kind-specific facts; the kind follows from the variant.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Facts {
@@ -85,6 +98,7 @@ pub enum Facts {
     BreakerOpen(BreakerFacts),
     Stuck(StuckFacts),
     ToolBug(CallFacts),
+    AllToolsFailed(AllToolsFailedFacts),
 }
 
 /// What a person needs to act without redoing the agent's work.
@@ -112,6 +126,7 @@ impl Facts {
             Facts::BreakerOpen(_) => EscalationKind::BreakerOpen,
             Facts::Stuck(_) => EscalationKind::Stuck,
             Facts::ToolBug(_) => EscalationKind::ToolBug,
+            Facts::AllToolsFailed(_) => EscalationKind::AllToolsFailed,
         }
     }
 
@@ -122,6 +137,8 @@ impl Facts {
             Facts::OutcomeUnknown(f) | Facts::ToolBug(f) => &f.tool,
             Facts::BreakerOpen(f) => &f.tool,
             Facts::Stuck(f) => &f.tool,
+            // About every tool, not one: the facts list them.
+            Facts::AllToolsFailed(_) => "",
         }
     }
 
@@ -131,7 +148,7 @@ impl Facts {
             Facts::ApprovalRequired(f) => Some(&f.args),
             Facts::OutcomeUnknown(f) | Facts::ToolBug(f) => Some(&f.args),
             Facts::BreakerOpen(f) => Some(&f.args),
-            Facts::Question(_) | Facts::Stuck(_) => None,
+            Facts::Question(_) | Facts::Stuck(_) | Facts::AllToolsFailed(_) => None,
         }
     }
 
@@ -142,7 +159,7 @@ impl Facts {
             Facts::Question(f) => Some(&f.call_id),
             Facts::OutcomeUnknown(f) | Facts::ToolBug(f) => Some(&f.call_id),
             Facts::BreakerOpen(f) => Some(&f.call_id),
-            Facts::Stuck(_) => None,
+            Facts::Stuck(_) | Facts::AllToolsFailed(_) => None,
         }
     }
 
@@ -153,6 +170,7 @@ impl Facts {
             Facts::OutcomeUnknown(f) | Facts::ToolBug(f) => serde_json::to_value(f),
             Facts::BreakerOpen(f) => serde_json::to_value(f),
             Facts::Stuck(f) => serde_json::to_value(f),
+            Facts::AllToolsFailed(f) => serde_json::to_value(f),
         }
     }
 
@@ -165,6 +183,7 @@ impl Facts {
             EscalationKind::BreakerOpen => Facts::BreakerOpen(from_value(v)?),
             EscalationKind::Stuck => Facts::Stuck(from_value(v)?),
             EscalationKind::ToolBug => Facts::ToolBug(from_value(v)?),
+            EscalationKind::AllToolsFailed => Facts::AllToolsFailed(from_value(v)?),
         })
     }
 }

@@ -18,16 +18,18 @@ pub enum EscalationKind {
     Question,
     OutcomeUnknown,
     ToolBug,
+    AllToolsFailed,
 }
 
 impl EscalationKind {
-    pub const ALL: [EscalationKind; 6] = [
+    pub const ALL: [EscalationKind; 7] = [
         EscalationKind::BreakerOpen,
         EscalationKind::ApprovalRequired,
         EscalationKind::Stuck,
         EscalationKind::Question,
         EscalationKind::OutcomeUnknown,
         EscalationKind::ToolBug,
+        EscalationKind::AllToolsFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +40,7 @@ impl EscalationKind {
             EscalationKind::Question => "question",
             EscalationKind::OutcomeUnknown => "outcome_unknown",
             EscalationKind::ToolBug => "tool_bug",
+            EscalationKind::AllToolsFailed => "all_tools_failed",
         }
     }
 
@@ -46,9 +49,13 @@ impl EscalationKind {
     }
 
     /// Whether the run waits for this one (a tool bug is a report for the tool's
-    /// owner; the run goes on).
+    /// owner, and `all_tools_failed` a report that the run answered without tools;
+    /// either way the run goes on).
     pub fn pauses(self) -> bool {
-        self != EscalationKind::ToolBug
+        !matches!(
+            self,
+            EscalationKind::ToolBug | EscalationKind::AllToolsFailed
+        )
     }
 
     /// Whether the run paused in the middle of a tool call (vs. between steps).

@@ -33,8 +33,8 @@ mod migrations;
 mod runs;
 
 pub use detail::{
-    ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts, Handover,
-    QuestionFacts, StuckFacts,
+    AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts,
+    Handover, QuestionFacts, StuckFacts, ToolFailures,
 };
 pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};

@@ -241,6 +241,37 @@ fn when_every_tool_is_withdrawn_the_answer_is_degraded_and_disclosed() {
     );
 }
 
+#[test]
+fn when_every_tool_is_withdrawn_an_all_tools_failed_report_is_raised_and_the_run_completes() {
+    let tools = "[policy]\ndisable_after = 2\nbreaker_threshold = 5\n[tools.kb]\ndescription = \"k\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"tool.sh\", \"69\"]\nattempts = 1\n";
+    let turns = json!([
+        call("kb", json!({"q": 1})),
+        call("kb", json!({"q": 2})),
+        text("I could not check the knowledge base, so this is unverified: probably 30 days.")
+    ]);
+    let p = project(tools, turns);
+    let (r, v) = start(&p);
+    r.expect_code(0);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["escalation_id"], Value::Null, "the report does not pause");
+    let list = p.run(&["escalations", "list", "--json"]).json();
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["kind"], "all_tools_failed");
+    assert_eq!(list[0]["run_id"], v["run_id"]);
+    let e = escalation(&p, &list[0]["id"]);
+    assert_eq!(
+        e["detail"]["tools"],
+        json!([{"tool": "kb", "failures": 2}]),
+        "{e}"
+    );
+    let problem = e["detail"]["handover"]["problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(problem.contains("kb (2 failures)"), "{problem}");
+    let runs = p.run(&["runs", "list", "--json"]).json();
+    assert_eq!(runs[0]["status"], "completed");
+}
+
 const SEND_TOOLS: &str = "[tools.send]\ndescription = \"send\"\ninput_schema = { type = \"object\", properties = { to = { type = \"string\" } }, required = [\"to\"] }\ncommand = [\"sh\", \"tool.sh\"]\napproval = \"always\"\n";
 
 fn approval_project() -> (Project, String, String) {
