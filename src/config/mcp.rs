@@ -12,7 +12,7 @@ use std::path::Path;
 use super::Sink;
 use super::raw::{RawMcp, Section, Where};
 use super::resolve::{
-    EnvDefaults, RetryFields, approval, check_env_names, fallback_step, inherit, on_unknown,
+    ChildEnv, EnvDefaults, RetryFields, approval, command_spec, fallback_step, on_unknown,
     resolve_retry,
 };
 use super::types::*;
@@ -178,26 +178,20 @@ fn transport(
             "only HTTP servers (`url`) take `headers`".into(),
         );
     }
-    let own = raw.env.clone().unwrap_or_default();
-    check_env_names(&own, place, sink);
-    let mut env = env_defaults.env.clone();
-    env.extend(own);
-    let set = raw.set.clone().unwrap_or_default();
-    for name in set.keys() {
-        if let Err(e) = validate::check_env_name(name) {
-            sink.key(place, &format!("set.{name}"), e);
-        }
-    }
-    let inherit_all =
-        inherit(raw.inherit.as_deref(), place, sink).unwrap_or(env_defaults.inherit_all);
-    McpTransport::Stdio(CommandSpec {
+    let env = ChildEnv {
+        env: &raw.env,
+        set: &raw.set,
+        inherit: raw.inherit.as_deref(),
+    };
+    McpTransport::Stdio(command_spec(
         argv,
         env,
-        set,
-        inherit_all,
-        cwd: cwd.to_path_buf(),
+        env_defaults,
+        cwd,
         output_cap,
-    })
+        place,
+        sink,
+    ))
 }
 
 #[cfg(test)]

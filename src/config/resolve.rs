@@ -339,6 +339,41 @@ fn resolve_kind(
     }
     let argv = raw.command.clone().unwrap_or_default();
     check_command(name, &argv, raw.command.is_some(), sink);
+    let env = ChildEnv {
+        env: &raw.env,
+        set: &raw.set,
+        inherit: raw.inherit.as_deref(),
+    };
+    ToolKind::Command(command_spec(
+        argv,
+        env,
+        env_defaults,
+        cwd,
+        output_cap,
+        place,
+        sink,
+    ))
+}
+
+/// The environment keys of a child process, as written (a command tool's or a stdio
+/// MCP server's: both follow the same allow-list, DESIGN §3).
+pub(super) struct ChildEnv<'a> {
+    pub env: &'a Option<Vec<String>>,
+    pub set: &'a Option<BTreeMap<String, String>>,
+    pub inherit: Option<&'a str>,
+}
+
+/// A child process's spec: `[defaults]` env names plus its own, its `set`, and
+/// `inherit`, each checked.
+pub(super) fn command_spec(
+    argv: Vec<String>,
+    raw: ChildEnv<'_>,
+    env_defaults: &EnvDefaults,
+    cwd: &Path,
+    output_cap: usize,
+    place: Where<'_>,
+    sink: &mut Sink,
+) -> CommandSpec {
     let own = raw.env.clone().unwrap_or_default();
     check_env_names(&own, place, sink);
     let mut env = env_defaults.env.clone();
@@ -349,16 +384,15 @@ fn resolve_kind(
             sink.key(place, &format!("set.{name}"), e);
         }
     }
-    let inherit_all =
-        inherit(raw.inherit.as_deref(), place, sink).unwrap_or(env_defaults.inherit_all);
-    ToolKind::Command(CommandSpec {
+    let inherit_all = inherit(raw.inherit, place, sink).unwrap_or(env_defaults.inherit_all);
+    CommandSpec {
         argv,
         env,
         set,
         inherit_all,
         cwd: cwd.to_path_buf(),
         output_cap,
-    })
+    }
 }
 
 pub(super) fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
