@@ -2,7 +2,7 @@
 //! effect. Each test pins one hole found by trying agentrun as an attacker or a careless
 //! operator would, through the real binary where the behaviour is visible there.
 
-use crate::common::{Project, events, journal, runtime, tool_result};
+use crate::common::{Project, Run, events, journal, runtime, tool_result};
 use serde_json::{Value, json};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -783,6 +783,127 @@ sleep 5";
     assert!(
         left.is_empty(),
         "processes of the escaped session survived: {left:?}"
+    );
+}
+
+// ---- 9. a tool's leftovers die and are reaped, even once their parent has exited -----
+
+/// The processes started with `AGENTRUN_CALL_ID=key` in their environment.
+fn carrying(key: &str) -> Vec<i32> {
+    let want = format!("AGENTRUN_CALL_ID={key}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// The zombie children of `parent`.
+fn zombies_of(parent: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let mut rest = stat[stat.rfind(')').unwrap() + 1..].split_whitespace();
+        let state = rest.next().unwrap();
+        let ppid: i32 = rest.next().unwrap().parse().unwrap();
+        if ppid == parent && state == "Z" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Runs `spawner` (a tool with `body`, plus `extra` tools.toml lines), then a `gate`
+/// tool that holds agentrun open until the test has looked at the process table: by
+/// then the spawner's call is over, and nothing it started may be left — not alive, not
+/// a zombie of agentrun (which is their subreaper, so only it can reap them).
+fn nothing_is_left_after(body: &str, extra: &str, first_result: &str) {
+    let p = Project::new();
+    let tools = logging_tool(&p, "spawner", body)
+        + extra
+        + &logging_tool(
+            &p,
+            "gate",
+            "mkfifo go; touch gate.started; cat go > /dev/null; echo open",
+        );
+    p.fast_tools(&tools);
+    p.model_script(json!([calls("spawner", 1), calls("gate", 1), {"text": "done"}]));
+    p.task("", "Run it.");
+    let agent = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent_pid = i32::try_from(agent.id()).unwrap();
+    let started = p.path().join("gate.started");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gate tool never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let key = std::fs::read_to_string(p.path().join("spawner.log")).unwrap();
+    let key = key.trim();
+    let daemon = std::fs::read_to_string(p.path().join("daemon.pid")).unwrap();
+    let daemon = daemon.trim();
+    let daemon_left = std::path::Path::new(&format!("/proc/{daemon}")).exists();
+    let alive = carrying(key);
+    let zombies = zombies_of(agent_pid);
+    // Let the run finish before asserting, so a failure leaves nothing running either.
+    std::fs::write(p.path().join("go"), "go").unwrap();
+    let run = Run::from_output(agent.wait_with_output().unwrap());
+    run.expect_code(0);
+    assert!(
+        !daemon_left,
+        "the double-forked daemon {daemon} is still there\n{run}"
+    );
+    assert!(
+        alive.is_empty(),
+        "processes of call {key} survived: {alive:?}\n{run}"
+    );
+    assert!(
+        zombies.is_empty(),
+        "agentrun left zombies: {zombies:?}\n{run}"
+    );
+    let show = p.show(&p.only_run());
+    let (first, _) = tool_result(&show, "call_0_0");
+    assert!(first.to_string().contains(first_result), "{first}");
+}
+
+/// `( setsid sleep & )`: the subshell exits at once, so the daemon is an orphan handed to
+/// agentrun, outside the tool's process group and no longer below the tool.
+const DOUBLE_FORK: &str = "( setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid )";
+
+#[test]
+fn a_double_forked_daemon_and_a_background_job_die_when_their_tool_exits() {
+    // The background job stays in the tool's group: killed with it before, but then
+    // left a zombie of agentrun until agentrun exited.
+    nothing_is_left_after(
+        &format!("{DOUBLE_FORK}\nsleep 300 </dev/null >/dev/null 2>&1 &\necho '\"spawned\"'"),
+        "",
+        "\"spawned\"",
+    );
+}
+
+#[test]
+fn a_daemon_whose_parent_exited_before_the_timeout_dies_with_the_timed_out_tool() {
+    nothing_is_left_after(
+        &format!("{DOUBLE_FORK}\nexec sleep 300"),
+        "timeout = \"500ms\"\nidempotent = true\nattempts = 1\n",
+        "\"error\":\"timeout\"",
     );
 }
 
