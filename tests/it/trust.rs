@@ -2,7 +2,7 @@
 //! effect. Each test pins one hole found by trying agentrun as an attacker or a careless
 //! operator would, through the real binary where the behaviour is visible there.
 
-use crate::common::{Project, Run, events, journal, runtime, tool_result};
+use crate::common::{Project, Run, events, journal, notes, runtime, tool_result};
 use serde_json::{Value, json};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -619,9 +619,7 @@ fn calls_beyond_64_in_one_turn_are_answered_malformed_and_never_run() {
         .collect();
     p.model_script(json!([{ "tool_calls": many }, {"text": "done"}]));
     p.task("", "Count.");
-    // (Six identical too_many_calls errors also make the stuck detector step in; the
-    // run's end does not matter here, only what ran.)
-    let (_, show) = p.start(&[]);
+    let (run, show) = p.start(&[]);
     assert_eq!(p.lines("count.log"), 64);
     let (content, is_error) = tool_result(&show, "call_0_69");
     assert!(is_error);
@@ -629,7 +627,18 @@ fn calls_beyond_64_in_one_turn_are_answered_malformed_and_never_run() {
         (&content["error"], &content["class"]),
         (&json!("too_many_calls"), &json!("malformed"))
     );
+    assert_eq!(
+        content["message"],
+        "this turn asked for 70 tool calls and one turn may make at most 64, so calls 65 \
+         to 70 were not made (this is call 70); ask for it again in a later turn"
+    );
     assert_eq!(tool_result(&show, "call_0_63").0, json!(1));
+    // Six identical refusals are one oversized turn, not a loop: no nudge, no `stuck`
+    // escalation, and the run ends with the model's answer.
+    run.expect_code(0);
+    assert_eq!(run.json()["status"], "completed", "{run}");
+    assert!(notes(&show).is_empty(), "{:?}", notes(&show));
+    assert!(events(&show, "nudge").is_empty());
 }
 
 #[test]
