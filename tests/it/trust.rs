@@ -420,6 +420,59 @@ fn a_header_secret_echoed_in_an_error_body_is_never_stored_or_shown() {
 }
 
 #[test]
+fn credentials_in_a_provider_base_url_are_never_stored_or_shown() {
+    let s = Servers::new();
+    // A proxy that echoes what it got: the userinfo as written, and the Basic header
+    // an HTTP client makes of it (base64 of `alice:pw-5ecret-77`).
+    s.rt.block_on(
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "message": "denied alice:pw-5ecret-77 (Authorization: Basic YWxpY2U6cHctNWVjcmV0LTc3)"
+            }})))
+            .mount(&s.home),
+    );
+    let p = Project::new();
+    p.write("tools.toml", "");
+    p.write(
+        "task.md",
+        "+++\nmodel = \"openai:gpt-4o-mini\"\n+++\nSay hi.\n",
+    );
+    let base = s
+        .home
+        .uri()
+        .replace("http://", "http://alice:pw-5ecret-77@");
+    let run = p.run_env(
+        &["start", "task.md", "--json"],
+        &[("OPENAI_BASE_URL", &format!("{base}/v1"))],
+    );
+    run.expect_code(1);
+    assert!(run.stdout.contains("denied [redacted]"), "{run}");
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    let show = p.run(&["runs", "show", &id]);
+    let show_json = p.run(&["runs", "show", &id, "--json"]);
+    let export = p.run(&["runs", "export", &id]);
+    for secret in ["pw-5ecret-77", "YWxpY2U6cHctNWVjcmV0LTc3"] {
+        for text in [
+            &run.stdout,
+            &run.stderr,
+            &show.stdout,
+            &show_json.stdout,
+            &export.stdout,
+        ] {
+            assert!(!text.contains(secret), "`{secret}` shown:\n{text}");
+        }
+        assert!(!contains(&p.db_bytes(), secret), "`{secret}` stored");
+    }
+    // A base URL that is not a URL is named without its credentials.
+    let bad = p.run_env(
+        &["start", "task.md"],
+        &[("OPENAI_BASE_URL", "http://alice:pw-5ecret-77@[::1")],
+    );
+    assert!(!bad.stderr.contains("pw-5ecret-77"), "{bad}");
+    assert!(bad.stderr.contains("[redacted]@"), "{bad}");
+}
+
+#[test]
 fn a_secret_a_command_tool_was_given_is_redacted_from_its_output() {
     let p = Project::new();
     p.fast_tools(
@@ -978,8 +1031,8 @@ fn an_approval_pattern_catches_drop_table_with_a_double_space() {
 
 // ---- 9. a program edited between approval and resume is named on resume -------------
 
-#[test]
-fn resume_names_a_tool_script_edited_after_approval() {
+/// A run paused for approval of `send`, approved, and `send.sh` edited since.
+fn edited_after_approval() -> (Project, String) {
     let p = Project::new();
     p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho sent\n");
     p.write(
@@ -1005,6 +1058,22 @@ fn resume_names_a_tool_script_edited_after_approval() {
     p.run(&["escalations", "resolve", &esc, "--approve"])
         .expect_code(0);
     p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho edited\n");
+    (p, run)
+}
+
+#[test]
+fn resume_under_quiet_keeps_the_program_change_notice_off_stderr() {
+    // `--quiet` means nothing on stderr but errors: this notice is not one.
+    let (p, run) = edited_after_approval();
+    let r = p.run(&["--quiet", "resume", &run]);
+    r.expect_code(0);
+    assert_eq!(r.stderr, "", "{r}");
+    assert_eq!(r.stdout, "done\n", "{r}");
+}
+
+#[test]
+fn resume_names_a_tool_script_edited_after_approval() {
+    let (p, run) = edited_after_approval();
     let r = p.run(&["resume", &run]);
     r.expect_code(0);
     let line = r
