@@ -104,7 +104,7 @@ impl Secrets {
     /// holding URL credentials also adds the credentials and the password alone.
     pub fn add(&mut self, value: &str) {
         if let Some(userinfo) = url_credentials(value) {
-            self.add_userinfo(&userinfo.to_string());
+            self.add_userinfo(userinfo);
         }
         self.push(value);
     }
@@ -114,7 +114,7 @@ impl Secrets {
     /// `https://TOKEN@host` is a credential too. The URL itself stays showable.
     pub fn add_url(&mut self, url: &str) {
         if let Some(userinfo) = userinfo(url) {
-            self.add_userinfo(&userinfo.to_string());
+            self.add_userinfo(userinfo);
         }
     }
 
