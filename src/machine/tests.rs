@@ -893,3 +893,6 @@ fn calls_over_the_turn_cap_feed_neither_the_breaker_nor_the_stuck_detector() {
         "{out:?}"
     );
 }
+
+#[path = "batch_tests.rs"]
+mod batch;
