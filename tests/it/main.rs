@@ -17,6 +17,7 @@ mod help;
 mod lease;
 mod mcp;
 mod models_e2e;
+mod parallel;
 mod pg;
 mod providers;
 mod providers_e2e;
