@@ -81,8 +81,8 @@ const CASES: &[Case] = &[
 /// The table pins the order a step reaches its points in, so this project runs a
 /// turn's calls one by one (`max_parallel_calls = 1`); crashes in the middle of calls
 /// running together are in `parallel.rs`.
-fn one_by_one(turns: &[&[&str]]) -> Project {
-    let p = project(turns);
+fn one_by_one(turns: &[&[&str]], db: &Db) -> Project {
+    let p = project_on(turns, db);
     p.write(
         "tools.toml",
         &format!(
@@ -102,13 +102,8 @@ fn start_crashing_at(p: &Project, spec: &str) -> crate::common::Run {
 }
 
 /// The uninterrupted run every crashed one is compared with.
-<<<<<<< HEAD
 fn reference(db: &Db) -> Value {
-    let p = project_on(TURNS, db);
-=======
-fn reference() -> Value {
-    let p = one_by_one(TURNS);
->>>>>>> main
+    let p = one_by_one(TURNS, db);
     let v = run(&p, &["start", "task.md", "--json"], &[])
         .expect_code(0)
         .json();
@@ -124,11 +119,7 @@ fn reference() -> Value {
 
 fn crash_and_resume(db: &Db, want: &Value, c: &Case) {
     let what = format!("{}:{}", c.point, c.nth);
-<<<<<<< HEAD
-    let p = project_on(TURNS, db);
-=======
-    let p = one_by_one(TURNS);
->>>>>>> main
+    let p = one_by_one(TURNS, db);
     let crashed = start_crashing_at(&p, &what);
     assert_eq!(
         crashed.code, -1,
@@ -202,7 +193,7 @@ fn the_table_covers_every_hit_of_every_crash_point() {
             .collect();
         assert_eq!(nth, (1..=hits).collect::<Vec<_>>(), "{point}");
         // One hit past the table the run must finish without crashing.
-        let p = one_by_one(TURNS);
+        let p = one_by_one(TURNS, &Db::Sqlite);
         let r = start_crashing_at(&p, &format!("{point}:{}", hits + 1));
         assert_eq!(r.code, 0, "{point} is reached more than {hits} times\n{r}");
     }
