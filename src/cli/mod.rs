@@ -8,6 +8,7 @@ mod model_args;
 mod output;
 pub mod progress;
 mod runs;
+mod runs_show;
 pub mod settings;
 
 pub use output::is_broken_pipe;

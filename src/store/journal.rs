@@ -352,6 +352,53 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// A page of the transcript: up to `limit` messages after seq `after`, in order
+    /// (streaming human `runs show`, issue 14: one primary-key range per page).
+    pub fn messages_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, step, role, content FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(params![run.0, after, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(message_row(run, r)?);
+        }
+        Ok(out)
+    }
+
+    /// A page of the trace: up to `limit` events after event id `after`, in order,
+    /// each with its id (the next page's `after`).
+    pub fn events_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, StoredEvent)>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT step, at, data, id FROM events
+             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(params![run.0, after, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push((r.get(3)?, event_row(run, r)?));
+        }
+        Ok(out)
+    }
+
+    /// The journal rows of steps `first..=last`, in call order.
+    pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, first..=last)
+    }
+
     /// The tool-call journal of a run, in call order.
     pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         self.journal_rows(run, 0..=u32::MAX)

@@ -238,6 +238,20 @@ impl SqliteStore {
         .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))
     }
 
+    /// The `models` of the run's config snapshot (a JSON array), picked out by
+    /// SQLite's JSON functions: the snapshot holds the scripts too — megabytes on a
+    /// long scripted run — and `runs show` needs only this from it (issue 14).
+    pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
+        let conn = self.lock();
+        let models: Option<Option<String>> = conn
+            .prepare_cached(
+                "SELECT json_extract(snapshot, '$.models') FROM run_snapshots WHERE run_id = ?1",
+            )?
+            .query_row([&id.0], |r| r.get(0))
+            .optional()?;
+        Ok(models.flatten())
+    }
+
     /// Resolves a full id or a unique prefix of one.
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let conn = self.lock();
