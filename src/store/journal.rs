@@ -33,7 +33,7 @@
 //! It never costs a committed step, and never repeats a non-idempotent call.
 
 use super::runs::check_lease;
-use super::{Durability, Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
+use super::{Durability, Lease, Result, RunId, RunStatus, SqliteStore, StoreError, now_ms};
 use crate::model::{Message, ModelResponse, Role};
 use crate::trace::TraceEvent;
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -58,7 +58,7 @@ impl CallStatus {
         }
     }
 
-    fn parse(s: &str) -> Option<CallStatus> {
+    pub(super) fn parse(s: &str) -> Option<CallStatus> {
         [
             CallStatus::Ok,
             CallStatus::Error,
@@ -130,7 +130,7 @@ pub struct StepCommit<'a> {
     pub escalation: Option<&'a super::NewEscalation<'a>>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Journals a model response for `step` with its tool calls as pending rows.
     /// Not fsynced ([`Durability::Process`]): the step commit, or an earlier started
     /// mark, makes it durable against a power cut.
@@ -464,7 +464,7 @@ impl Store {
     }
 
     /// Hands the run's journal to `f` one call at a time, in call order, as it is read
-    /// (streaming `runs show`; see [`Store::each_message`]).
+    /// (streaming `runs show`; see [`SqliteStore::each_message`]).
     pub fn each_journal_entry<E: From<StoreError>>(
         &self,
         run: &RunId,
@@ -501,7 +501,7 @@ impl Store {
     }
 
     /// Hands the run's trace to `f` one event at a time, in order, as it is read
-    /// (streaming `runs show`; see [`Store::each_message`]).
+    /// (streaming `runs show`; see [`SqliteStore::each_message`]).
     pub fn each_event<E: From<StoreError>>(
         &self,
         run: &RunId,
