@@ -590,6 +590,15 @@ impl PgStore {
         })
     }
 
+    /// The snapshot's `models` (the snapshot is parsed here: PostgreSQL runs are not
+    /// the ones with megabytes of scripts in it).
+    pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
+        let snapshot = self.snapshot(id)?;
+        Ok(serde_json::from_str::<Value>(&snapshot)
+            .ok()
+            .and_then(|v| v.get("models").map(Value::to_string)))
+    }
+
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let prefix = prefix.to_string();
         let pattern = format!("{}%", prefix.replace(['%', '_', '\\'], ""));
@@ -873,6 +882,70 @@ impl PgStore {
 
     pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         self.journal_rows(run, 0, i64::MAX)
+    }
+
+    pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, i64::from(first), i64::from(last))
+    }
+
+    pub fn messages_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
+        let id = run.clone();
+        let limit = i64::from(limit);
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT seq, step, role, content FROM messages
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&id.0, &after, &limit],
+            )
+        })?;
+        rows.iter().map(|row| message_row(run, row)).collect()
+    }
+
+    pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
+        let id = run.clone();
+        let from = i64::from(from);
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT seq, step, role, content FROM messages
+                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq",
+                &[&id.0, &from],
+            )
+        })?;
+        rows.iter().map(|row| message_row(run, row)).collect()
+    }
+
+    pub fn events_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, StoredEvent)>> {
+        let id = run.clone();
+        let limit = i64::from(limit);
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT step, at, data, id FROM events
+                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                &[&id.0, &after, &limit],
+            )
+        })?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.get(3),
+                    StoredEvent {
+                        step: row.get::<_, i64>(0) as u32,
+                        at: row.get(1),
+                        event: serde_json::from_str(row.get(2)).map_err(|e| corrupt(run, e))?,
+                    },
+                ))
+            })
+            .collect()
     }
 
     pub fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>> {
