@@ -179,6 +179,89 @@ fn bash_completion_offers_statuses_and_run_ids() {
     );
 }
 
+/// Drives an interactive zsh in a pseudo-terminal (zsh's own `zpty`): loads the
+/// completion system with agentrun's script, presses Tab after the command line, and
+/// prints what the first `compadd` of that completion offered, comma-separated.
+const ZSH_DRIVER: &str = r#"zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PROMPT=''; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z 'compadd() { if (( ${@[(I)-[OAD]]} )); then builtin compadd "$@"; return; fi; typeset -a __hits; builtin compadd -A __hits "$@"; print -r -- "<""<${(j:,:)__hits}>"">"; }'
+zpty -w z 'bindkey "^I" complete-word'
+zpty -w -n z "$2"$'\t'
+zpty -r -m z got '*<<*>>*'
+print -r -- ${${got#*<<}%%>>*}
+zpty -d z
+"#;
+
+/// What zsh offers after `line` (with a trailing space), through agentrun's script.
+fn complete_zsh(p: &Project, line: &str) -> String {
+    let bin_dir = crate::common::bin()
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = p.run(&["completions", "zsh"]).expect_code(0).stdout.clone();
+    p.write("zfunc/_agentrun", &script);
+    let driver = p.write("complete.zsh", ZSH_DRIVER);
+    let mut child = std::process::Command::new("zsh")
+        .arg("-f")
+        .arg(&driver)
+        .arg(p.path().join("zfunc"))
+        .arg(format!("{line} "))
+        .current_dir(p.path())
+        .env("PATH", path)
+        .env("AGENTRUN_DB", p.db())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("zsh");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zsh completion of `{line}` never finished");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().expect("zsh output");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn zsh_completion_offers_run_ids_and_statuses() {
+    if std::process::Command::new("zsh")
+        .arg("-fc")
+        .arg("zmodload zsh/zpty")
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        // .ci/run installs zsh; a developer machine may not have it.
+        eprintln!("zsh (with zsh/zpty) is not installed; skipped");
+        return;
+    }
+    let p = Project::new();
+    p.model_script(json!([{"text": "done"}]));
+    p.task("tools = []", "x");
+    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for line in [
+        "agentrun resume",
+        "agentrun runs show",
+        "agentrun runs export",
+        "agentrun runs rm",
+    ] {
+        assert_eq!(complete_zsh(&p, line), id, "after `{line}`");
+    }
+    let statuses = complete_zsh(&p, "agentrun runs list --status");
+    assert!(statuses.contains("budget_exhausted"), "{statuses}");
+}
+
 #[test]
 fn front_matter_mistakes_name_the_key_or_the_format() {
     let p = Project::new();
