@@ -29,3 +29,4 @@ mod streaming;
 mod syncs;
 mod tools_exec;
 mod trust;
+mod walkthrough;
