@@ -317,6 +317,42 @@ fn a_failed_run_has_no_answer_and_keeps_its_partial_text_apart() {
 }
 
 #[test]
+fn a_run_waiting_for_a_person_has_no_answer_whether_started_or_resumed() {
+    let p = Project::new();
+    p.script("pay.sh", "#!/bin/sh\ncat > /dev/null\nexit 77\n");
+    p.write(
+        "tools.toml",
+        "[tools.pay]\ndescription = \"p\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"pay.sh\"]\n",
+    );
+    // The third identical failure opens the circuit when its step commits, so the
+    // step's text is stored with it: text on the way, not an answer.
+    let call = json!([{"name": "pay", "args": {"order": 1}}]);
+    p.model_script(json!([
+        {"text": "Paying.", "tool_calls": call},
+        {"text": "Again.", "tool_calls": call},
+        {"text": "Once more.", "tool_calls": call},
+        {"text": "Paid."}
+    ]));
+    p.task("", "Pay order 1.");
+    let started: Value = p.run(&["start", "task.md", "--json"]).expect_code(3).json();
+    assert_eq!(started["status"], "escalated", "{started}");
+    assert_eq!(started["answer"], Value::Null, "{started}");
+    let id = started["run_id"].as_str().expect("id").to_string();
+    // `resume` of a run still waiting reads its outcome back from the database.
+    let waiting: Value = p.run(&["resume", &id, "--json"]).expect_code(3).json();
+    assert_eq!(waiting["answer"], Value::Null, "{waiting}");
+    let esc = started["escalation_id"].as_str().expect("escalation id");
+    p.run(&["escalations", "resolve", esc, "--reply", "paid by hand"])
+        .expect_code(0);
+    let done: Value = p.run(&["resume", &id, "--json"]).expect_code(0).json();
+    assert_eq!(done["answer"], "Paid.", "{done}");
+    // And read back once completed: the stored answer.
+    let again: Value = p.run(&["resume", &id, "--json"]).expect_code(0).json();
+    assert_eq!(again["answer"], "Paid.");
+}
+
+#[test]
 fn the_breaker_handover_lists_the_calls_that_were_tried() {
     let p = Project::new();
     p.script(
