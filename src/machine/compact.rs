@@ -101,10 +101,11 @@ impl Machine<'_> {
             turns_left_out,
         });
         let summary = context::summary_message(number, &response.message.joined_text());
-        self.context.compact_at(summary.clone(), number, p.kept_from);
+        self.context
+            .compact_at(summary.clone(), number, p.kept_from);
         self.state = next.clone();
         let after = self.context.estimate(&self.state, self.fixed_bytes());
-        let kept = if p.kept_from <= number - 1 {
+        let kept = if p.kept_from < number {
             format!("; step {} kept as it was", number - 1)
         } else {
             String::new()
@@ -137,5 +138,125 @@ impl Machine<'_> {
         ];
         out.extend(self.begin_step());
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The compaction step as effects: asked, journaled, committed, then the step.
+    use super::super::context::{Context, Window};
+    use super::super::effects::{Effect, Event};
+    use super::super::state::LoopState;
+    use super::super::{Machine, Rules};
+    use crate::config::types::ToolsConfig;
+    use crate::model::{Message, ModelResponse, Part, Role, StopReason, Usage};
+    use crate::prompts::Prompts;
+    use serde_json::json;
+
+    fn transcript(steps: u32) -> Context {
+        let mut ctx = Context::opening(vec![
+            Message::text(Role::System, "sys"),
+            Message::text(Role::User, "Find the code."),
+        ]);
+        for s in 1..=steps {
+            let note = if s == 2 { "FACT:code=7" } else { "" };
+            ctx.push(
+                s,
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: format!("c{s}"),
+                        name: "echo".into(),
+                        args: json!({"i": s, "note": note}),
+                    }],
+                },
+            );
+            ctx.push(
+                s,
+                Message::tool_result(format!("c{s}"), json!("y".repeat(80)), false),
+            );
+        }
+        ctx
+    }
+
+    #[test]
+    fn an_oversized_context_is_summarised_as_its_own_step_before_the_next() {
+        let tools = ToolsConfig::default();
+        let prompts = Prompts::builtin();
+        let rules = Rules {
+            tools: &tools,
+            prompts: &prompts,
+            tool_subset: None,
+            max_steps: 100,
+            max_tokens: 1_000_000,
+            window: Some(Window {
+                tokens: 2000,
+                max_output_tokens: 200,
+            }),
+        };
+        let state = LoopState {
+            steps: 30,
+            ..Default::default()
+        };
+        let mut m = Machine::new(rules, state, transcript(30));
+        let start = m.handle(Event::Start {
+            escalations: Vec::new(),
+        });
+        assert_eq!(start, vec![Effect::LoadStep { step: 31 }]);
+        let asked = m.handle(Event::StepLoaded {
+            turn: None,
+            journal: Vec::new(),
+            escalations: Vec::new(),
+        });
+        let [Effect::AskModel(ask)] = asked.as_slice() else {
+            panic!("{asked:?}")
+        };
+        let summary = ask.summary.as_ref().expect("a summary request");
+        assert!(ask.tools.is_empty());
+        assert!(ask.system.starts_with("You are compacting"));
+        assert!(summary.messages[0].joined_text().contains("FACT:code=7"));
+        assert_eq!(summary.max_output_tokens, 200);
+
+        let response = ModelResponse {
+            message: Message::text(Role::Assistant, "FACT:code=7"),
+            usage: Usage {
+                input: 900,
+                output: 10,
+                cached: 0,
+            },
+            stop: StopReason::EndTurn,
+            model: "script:s".into(),
+        };
+        let out = m.handle(Event::ModelReplied(response.clone()));
+        assert_eq!(
+            out.first(),
+            Some(&Effect::RecordModelTurn { step: 31, response })
+        );
+        let Some(Effect::Commit(c)) = out.iter().find(|e| matches!(e, Effect::Commit(_))) else {
+            panic!("{out:?}")
+        };
+        assert_eq!(c.step, 31);
+        assert_eq!(c.state.input_tokens, 900);
+        let k = c.state.compaction.clone().expect("compaction mark");
+        assert_eq!((k.step, k.kept_from, k.turns_left_out), (31, 30, 29));
+        assert!(
+            c.messages[0]
+                .joined_text()
+                .ends_with("Summary:\n\nFACT:code=7")
+        );
+        // Then the step it was for, from the compacted context.
+        assert_eq!(out.last(), Some(&Effect::LoadStep { step: 32 }));
+        let asked = m.handle(Event::StepLoaded {
+            turn: None,
+            journal: Vec::new(),
+            escalations: Vec::new(),
+        });
+        let [Effect::AskModel(ask)] = asked.as_slice() else {
+            panic!("{asked:?}")
+        };
+        assert_eq!(ask.summary, None);
+        assert_eq!(ask.turns_left_out, 29);
+        // system, task, summary, step 30's call and result.
+        assert_eq!(m.messages().len(), 5);
     }
 }

@@ -61,7 +61,10 @@ pub struct Compaction {
 /// The first step (after the opening, step 0) a loader must read to rebuild the
 /// context: all of them when the run was never compacted.
 pub fn first_step_needed(state: &LoopState) -> u32 {
-    state.compaction.as_ref().map_or(1, |c| c.kept_from.min(c.step))
+    state
+        .compaction
+        .as_ref()
+        .map_or(1, |c| c.kept_from.min(c.step))
 }
 
 /// The messages the next request is built from, each with the step it belongs to.
@@ -80,7 +83,10 @@ impl Context {
 
     /// The context from stored messages `(step, message)` in transcript order: the
     /// whole transcript or any suffix of it from [`first_step_needed`] on, with step 0.
-    pub fn from_stored(stored: impl IntoIterator<Item = (u32, Message)>, state: &LoopState) -> Self {
+    pub fn from_stored(
+        stored: impl IntoIterator<Item = (u32, Message)>,
+        state: &LoopState,
+    ) -> Self {
         let mut ctx = Context::default();
         let Some(c) = &state.compaction else {
             for (step, m) in stored {
@@ -253,7 +259,10 @@ pub fn decide(
     let estimate = ctx.estimate(state, fixed_bytes);
     // Just compacted: the summary is as small as it gets; ask, and let the provider
     // judge (a second summary in a row would only summarise the first).
-    let just_compacted = state.compaction.as_ref().is_some_and(|c| c.step == state.steps);
+    let just_compacted = state
+        .compaction
+        .as_ref()
+        .is_some_and(|c| c.step == state.steps);
     if estimate <= threshold || just_compacted || state.steps == 0 {
         return Decision::Fits;
     }
@@ -314,7 +323,10 @@ pub fn summary_request(ctx: &Context, kept_from: u32, window: Window) -> Vec<Mes
         dropped += 1;
     }
     if dropped > 0 {
-        lines.insert(1, format!("[{dropped} earlier line(s) left out to fit the window]"));
+        lines.insert(
+            1,
+            format!("[{dropped} earlier line(s) left out to fit the window]"),
+        );
     }
     vec![Message::text(
         Role::User,
@@ -436,3 +448,143 @@ fn json_len(v: &Value) -> usize {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A context of `steps` steps, each a call and its result of `pad` bytes.
+    fn run_of(steps: u32, pad: usize) -> Vec<(u32, Message)> {
+        let mut out = vec![
+            (0, Message::text(Role::System, "sys")),
+            (0, Message::text(Role::User, "Find the code.")),
+        ];
+        for s in 1..=steps {
+            out.push((
+                s,
+                Message {
+                    role: Role::Assistant,
+                    content: vec![Part::ToolCall {
+                        id: format!("c{s}"),
+                        name: "echo".into(),
+                        args: json!({"i": s}),
+                    }],
+                },
+            ));
+            out.push((
+                s,
+                Message::tool_result(format!("c{s}"), json!("x".repeat(pad)), false),
+            ));
+        }
+        out
+    }
+
+    fn state(steps: u32) -> LoopState {
+        LoopState {
+            steps,
+            ..Default::default()
+        }
+    }
+
+    const WINDOW: Window = Window {
+        tokens: 2000,
+        max_output_tokens: 200,
+    };
+
+    #[test]
+    fn a_context_under_the_threshold_fits() {
+        let mut ctx = Context::from_stored(run_of(3, 100), &state(3));
+        assert_eq!(decide(&mut ctx, &state(3), WINDOW, 0), Decision::Fits);
+    }
+
+    #[test]
+    fn long_old_results_are_shortened_before_anything_is_summarised() {
+        // Five results of 1,500 bytes (~375 tokens each): over the threshold of 1,350;
+        // shortening all but the last two brings it under.
+        let st = state(5);
+        let mut ctx = Context::from_stored(run_of(5, 1500), &st);
+        assert_eq!(
+            decide(&mut ctx, &st, WINDOW, 0),
+            Decision::Shortened { before: 4 }
+        );
+        let short = ctx.messages()[3].content[0].clone();
+        let Part::ToolResult { content, .. } = short else {
+            panic!()
+        };
+        assert!(
+            content
+                .as_str()
+                .unwrap()
+                .contains("shortened from 1500 bytes")
+        );
+        // Idempotent, and the same context is rebuilt from the store with the mark.
+        let again = ctx.clone();
+        ctx.shorten_before(4);
+        assert_eq!(ctx, again);
+        let marked = LoopState {
+            shortened_before: 4,
+            ..st
+        };
+        assert_eq!(Context::from_stored(run_of(5, 1500), &marked), ctx);
+    }
+
+    #[test]
+    fn many_small_turns_are_summarised_keeping_the_last_step() {
+        let st = state(40);
+        let mut ctx = Context::from_stored(run_of(40, 60), &st);
+        let Decision::Summarise { kept_from, .. } = decide(&mut ctx, &st, WINDOW, 0) else {
+            panic!("expected a summary")
+        };
+        assert_eq!(kept_from, 40);
+        assert_eq!(turns_in_summary(&ctx, kept_from), 39);
+        let request = summary_request(&ctx, kept_from, WINDOW);
+        let text = request[0].joined_text();
+        assert!(text.starts_with("The task:\nFind the code."), "{text}");
+        assert!(text.contains("[call c1] echo {\"i\":1}"));
+        assert!(!text.contains("[call c40]"));
+    }
+
+    #[test]
+    fn the_compacted_context_is_what_the_store_rebuilds() {
+        let st = state(40);
+        let mut ctx = Context::from_stored(run_of(40, 60), &st);
+        let summary = summary_message(41, "FACT:code=1");
+        ctx.compact_at(summary.clone(), 41, 40);
+        let mut stored = run_of(40, 60);
+        stored.push((41, summary));
+        stored.push((42, Message::text(Role::Assistant, "done")));
+        ctx.push(42, Message::text(Role::Assistant, "done"));
+        let after = LoopState {
+            steps: 42,
+            compaction: Some(Compaction {
+                step: 41,
+                kept_from: 40,
+                turns_left_out: 39,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(first_step_needed(&after), 40);
+        assert_eq!(Context::from_stored(stored.clone(), &after), ctx);
+        // A loader that reads only the steps needed gets the same.
+        let needed = stored.into_iter().filter(|(s, _)| *s == 0 || *s >= 40);
+        assert_eq!(Context::from_stored(needed, &after), ctx);
+        let roles: Vec<Role> = ctx.messages().iter().map(|m| m.role).collect();
+        use Role::*;
+        assert_eq!(roles, [System, User, System, Assistant, Tool, Assistant]);
+    }
+
+    #[test]
+    fn right_after_a_compaction_it_never_compacts_again() {
+        let st = LoopState {
+            steps: 41,
+            compaction: Some(Compaction {
+                step: 41,
+                kept_from: 40,
+                turns_left_out: 39,
+            }),
+            ..Default::default()
+        };
+        let mut ctx = Context::from_stored(run_of(40, 60), &state(40));
+        assert_eq!(decide(&mut ctx, &st, WINDOW, 100_000), Decision::Fits);
+    }
+}

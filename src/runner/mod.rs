@@ -11,9 +11,9 @@ pub mod observe;
 
 use crate::clock::Clock;
 use crate::fault;
+use crate::machine::context::{self, Context, Window};
 use crate::machine::effects::{Ask, Commit, Notice, RunCall};
 use crate::machine::guards::RunGuards;
-use crate::machine::context::{self, Context, Window};
 use crate::machine::state::LoopState;
 use crate::machine::{Effect, Event, Machine, Rules, Stop, StopReason};
 use crate::model::{self, ModelRequest, Purpose};
@@ -453,6 +453,14 @@ impl Drive<'_> {
             },
         )?;
         fault::point("after_commit");
+        if c.state
+            .compaction
+            .as_ref()
+            .is_some_and(|k| k.step == c.step)
+        {
+            // Not in `fault::POINTS` (reached only by runs that compact).
+            fault::point("after_compaction");
+        }
         if let (Some(id), Some((summary, detail))) = (id, &c.escalation) {
             self.escalation = Some(id);
             r.observer.notice(&Notice::Escalated {
