@@ -11,8 +11,9 @@
 ///
 /// `after_tool_intent` and `after_tool_effect` are reached by every tool call;
 /// `after_tool_outcome` by every call except a step's idempotent last one (whose
-/// outcome rides in the step commit); `inside_commit` and `after_commit` by every step
-/// commit.
+/// outcome rides in the step commit) — unless that one finished while a call before it
+/// still ran, when it is journaled as it arrives; `inside_commit` and `after_commit`
+/// by every step commit.
 pub const POINTS: &[&str] = &[
     "after_model_stored",
     "after_tool_intent",

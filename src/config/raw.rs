@@ -37,6 +37,7 @@ pub struct RawPolicy {
     pub disable_after: Option<i64>,
     pub stuck_repeats: Option<i64>,
     pub approval_patterns: Option<Vec<String>>,
+    pub max_parallel_calls: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

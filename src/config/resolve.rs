@@ -173,6 +173,15 @@ fn resolve_policy(raw: RawPolicy, sink: &mut Sink) -> Policy {
             None => {}
         }
     }
+    let max_calls = crate::model::limits::MAX_CALLS_PER_TURN as i64;
+    match raw
+        .max_parallel_calls
+        .map(|v| check_count(v, 1, Some(max_calls)))
+    {
+        Some(Ok(n)) => p.max_parallel_calls = n,
+        Some(Err(e)) => sink.key(place, "max_parallel_calls", e),
+        None => {}
+    }
     for (i, pattern) in raw
         .approval_patterns
         .unwrap_or_default()

@@ -43,7 +43,13 @@ pub struct Policy {
     /// Normalised substrings ([`normalise_text`]) or `re:`-prefixed regular
     /// expressions (validated at load); an argument matching one needs approval.
     pub approval_patterns: Vec<String>,
+    /// At most this many calls of one turn run at the same time (issue 14); 1 runs
+    /// them one by one.
+    pub max_parallel_calls: u32,
 }
+
+/// `[policy] max_parallel_calls` when not given.
+pub const DEFAULT_MAX_PARALLEL_CALLS: u32 = 8;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -52,6 +58,7 @@ impl Default for Policy {
             disable_after: 3,
             stuck_repeats: 3,
             approval_patterns: Vec::new(),
+            max_parallel_calls: DEFAULT_MAX_PARALLEL_CALLS,
         }
     }
 }

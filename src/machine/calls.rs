@@ -2,6 +2,7 @@
 //! honour a person's decision, handle a call a crash interrupted, hand the rest to the
 //! recovery chain — or pause for a person.
 
+use super::batch::{Kind, Slot};
 use super::effects::{CallFinished, Effect, RunCall, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, Step};
@@ -36,7 +37,7 @@ pub fn ask_user_spec() -> ToolSpec {
 }
 
 /// Where a call stands after the machine looked at it.
-enum Next {
+pub(super) enum Next {
     /// It ended: its record, its error kind, and whether it was produced now.
     Ended(Ended),
     /// It waits for [`Effect::RunCall`]'s event, or the run paused.
@@ -46,26 +47,62 @@ enum Next {
 pub(super) struct Ended {
     pub record: CallRecord,
     pub error: Option<ErrorKind>,
-    /// Produced now (not reused from the journal), so it still needs journaling.
+    /// Produced now (not reused from the journal).
     pub fresh: bool,
+    /// Journaled when it arrived, ahead of the calls before it.
+    pub journaled: bool,
 }
 
 impl Machine<'_> {
-    /// Walks the step's calls until one waits for the chain or a person, or the step
-    /// is done.
+    /// Applies the step's calls in the model's order until one waits for the chain
+    /// or a person, or the step is done; calls that may run together are handed to
+    /// the driver as a batch ([`super::batch`]).
     pub(super) fn advance(&mut self) -> Vec<Effect> {
         let mut out = Vec::new();
         loop {
-            let Some(step) = self.step.as_ref() else {
+            let Some(step) = self.step.as_mut() else {
                 return out;
             };
-            if step.at >= step.calls.len() {
+            let at = step.at;
+            if at >= step.calls.len() {
                 out.extend(self.finish_step());
                 return out;
             }
-            match self.begin_call(&mut out) {
-                Next::Ended(ended) => out.extend(self.ended(ended)),
-                Next::Waiting => return out,
+            let running = step.running;
+            let ready = match &step.slots[at] {
+                Slot::Arrived(_) => true,
+                Slot::Held { .. } => running == 0,
+                Slot::Pending | Slot::Running { .. } | Slot::Done => false,
+            };
+            if ready {
+                let next = match std::mem::replace(&mut step.slots[at], Slot::Done) {
+                    Slot::Held {
+                        execution,
+                        modified,
+                    } => self.settle(execution, modified, &mut out),
+                    Slot::Arrived(ended) => Next::Ended(ended),
+                    _ => Next::Waiting,
+                };
+                match next {
+                    Next::Ended(ended) => out.extend(self.ended(ended)),
+                    Next::Waiting => return out,
+                }
+                continue;
+            }
+            if !matches!(step.slots[at], Slot::Pending) {
+                self.fill(&mut out);
+                return out;
+            }
+            match self.kind(at) {
+                Kind::Together => {
+                    self.fill(&mut out);
+                    return out;
+                }
+                Kind::Alone if running > 0 => return out,
+                Kind::Alone | Kind::Answered => match self.begin_call(&mut out) {
+                    Next::Ended(ended) => out.extend(self.ended(ended)),
+                    Next::Waiting => return out,
+                },
             }
         }
     }
@@ -133,13 +170,13 @@ impl Machine<'_> {
         if let Some(new) = &modified {
             args = new.clone();
         }
-        let Some(step) = self.step.as_mut() else {
+        let must_not_repeat = self.must_not_repeat(&call.name);
+        let Some(step) = self.step.as_ref() else {
             return Next::Waiting;
         };
-        step.modified = modified;
         let number = step.number;
         let decision = step.decisions.get(&call.id).cloned();
-        if self.must_not_repeat(&call.name) {
+        if must_not_repeat {
             out.push(Effect::MarkStarted {
                 step: number,
                 call_id: call.id.clone(),
@@ -150,6 +187,13 @@ impl Machine<'_> {
             Some(Err(denied)) => return Next::Ended(denied),
             None => None,
         };
+        let Some(step) = self.step.as_mut() else {
+            return Next::Waiting;
+        };
+        if let Some(slot) = step.calls.iter().position(|c| c.id == call.id) {
+            step.slots[slot] = Slot::Running { modified };
+            step.running += 1;
+        }
         out.push(Effect::RunCall(Box::new(RunCall {
             step: number,
             call_id: call.id.clone(),
@@ -200,31 +244,25 @@ impl Machine<'_> {
         }
     }
 
-    /// The chain's answer for the call in progress.
-    pub(super) fn call_ran(&mut self, call_id: &str, execution: Execution) -> Vec<Effect> {
-        let Some((step, call)) = self.current() else {
-            return Vec::new();
+    /// The chain's answer for the call at the head of the step, once no other call
+    /// is running (it may pause the run).
+    pub(super) fn settle(
+        &mut self,
+        execution: Execution,
+        modified: Option<Value>,
+        out: &mut Vec<Effect>,
+    ) -> Next {
+        let Some((_, call)) = self.current() else {
+            return Next::Waiting;
         };
-        if call.id != call_id {
-            return Vec::new();
-        }
         let call = call.clone();
-        let modified = step.modified.clone();
-        let mut out = Vec::new();
-        let next = match execution {
+        match execution {
             Execution::Done(o) if o.error == Some(ErrorKind::OutcomeUnknown) && o.via.is_none() => {
-                self.unknown_now(&call, o, modified, &mut out)
+                self.unknown_now(&call, o, modified, out)
             }
             Execution::Done(o) => Next::Ended(record_of(&call, o, modified)),
-            Execution::Paused { tool, args } => {
-                self.pause_for_approval(&call, &tool, &args, &mut out)
-            }
-        };
-        if let Next::Ended(ended) = next {
-            out.extend(self.ended(ended));
-            out.extend(self.advance());
+            Execution::Paused { tool, args } => self.pause_for_approval(&call, &tool, &args, out),
         }
-        out
     }
 
     fn pause_for_approval(
@@ -407,6 +445,7 @@ impl Machine<'_> {
             },
             error,
             fresh: true,
+            journaled: false,
         }
     }
 
@@ -434,29 +473,37 @@ impl Machine<'_> {
         let Some(step) = self.step.as_mut() else {
             return out;
         };
-        if ended.fresh && at_once {
+        let unjournaled = ended.fresh && !ended.journaled;
+        if unjournaled && at_once {
             out.push(Effect::RecordOutcome {
                 step: number,
                 record: ended.record,
             });
-        } else if ended.fresh {
+        } else if unjournaled {
             step.last_fresh = Some(ended.record);
         }
         step.at += 1;
-        step.modified = None;
         out
     }
 }
 
+/// Whether the journal holds the call's outcome (reused, never run again).
+pub(super) fn has_outcome(entry: Option<&JournalEntry>) -> bool {
+    entry.is_some_and(|e| {
+        e.result.is_some()
+            && matches!(
+                e.status,
+                CallStatus::Ok | CallStatus::Error | CallStatus::Unknown
+            )
+    })
+}
+
 fn journaled(entry: Option<&JournalEntry>) -> Option<Ended> {
-    let e = entry?;
-    let result = e.result.clone()?;
-    if !matches!(
-        e.status,
-        CallStatus::Ok | CallStatus::Error | CallStatus::Unknown
-    ) {
+    if !has_outcome(entry) {
         return None;
     }
+    let e = entry?;
+    let result = e.result.clone()?;
     // Read back from the store: the kind is parsed at this boundary only.
     let error = e
         .is_error
@@ -474,10 +521,11 @@ fn journaled(entry: Option<&JournalEntry>) -> Option<Ended> {
         },
         error,
         fresh: false,
+        journaled: false,
     })
 }
 
-fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>) -> Ended {
+pub(super) fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>) -> Ended {
     // A person changed the arguments: the model must know what actually ran.
     let result = match (modified, o.is_error) {
         (Some(args), false) => json!({"result": o.content, "args_modified_by_person": args}),
@@ -498,5 +546,6 @@ fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>) -> Ended 
         },
         error: o.error,
         fresh: true,
+        journaled: false,
     }
 }

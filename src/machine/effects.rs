@@ -1,7 +1,11 @@
 //! What goes into the machine (events) and what comes out (effects), as plain data.
 //!
 //! An effect marked *request* waits for its event: the machine returns nothing after it
-//! in the same batch. Every other effect is performed in order and answers nothing.
+//! in the same batch — except [`Effect::RunCall`], of which a batch may hold several
+//! (the calls that may run together, [`super::batch`]): the driver starts each as it
+//! comes, performs the effects between them, and feeds each [`Event::CallRan`] back as
+//! it finishes, in any order. Every other effect is performed in order and answers
+//! nothing.
 
 use super::state::LoopState;
 use crate::model::{Message, ModelResponse, ToolSpec};
@@ -72,7 +76,8 @@ pub enum Effect {
         step: u32,
         call_id: String,
     },
-    /// *Request*: run a call through the recovery chain ([`Event::CallRan`]).
+    /// *Request*: run a call through the recovery chain ([`Event::CallRan`]); several
+    /// may be running at once.
     RunCall(Box<RunCall>),
     /// A trace event (stored with the step's next write).
     Trace(TraceEvent),

@@ -17,11 +17,13 @@
 //! 6. commit the step (with a degraded turn when no tool is left, and the escalation a
 //!    policy raised).
 //!
-//! Calls carry their id in [`Effect::RunCall`] and [`Event::CallRan`], so running the
-//! calls of a step concurrently changes the order of events, not their shape; a guard
+//! Calls carry their id in [`Effect::RunCall`] and [`Event::CallRan`]: the calls of a
+//! step that may run together are handed out at once and answered in any order
+//! ([`batch`] says which, and puts the results back in the model's order); a guard
 //! or a compaction before asking the model belongs in [`Machine::begin_step`].
 
 pub mod after;
+mod batch;
 mod calls;
 mod compact;
 pub mod context;
@@ -34,6 +36,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
+pub use batch::MAX_PARALLEL;
 pub use calls::{ASK_USER, ask_user_spec};
 pub use effects::{Effect, Event, Stop, StopReason};
 
@@ -42,7 +45,6 @@ use crate::model::{Message, ToolSpec};
 use crate::prompts::Prompts;
 use crate::store::{CallRecord, EscalationRow, JournalEntry};
 use context::{Context, Window};
-use serde_json::Value;
 use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
 
@@ -92,8 +94,12 @@ struct Step {
     decisions: HashMap<String, EscalationRow>,
     /// The last fresh outcome, journaled with the commit.
     last_fresh: Option<CallRecord>,
-    /// The current call's arguments as a person modified them.
-    modified: Option<Value>,
+    /// Where each call stands ([`batch`]), by index in `calls`.
+    slots: Vec<batch::Slot>,
+    /// Calls handed to the driver and not yet answered.
+    running: usize,
+    /// The first call [`Machine::fill`] has not looked at yet.
+    scan: usize,
 }
 
 impl<'a> Machine<'a> {

@@ -1,6 +1,7 @@
 //! A step from its model response to its commit: the answer, a response cut at the
 //! token limit, a failed model call, and the commit of a step whose calls all ended.
 
+use super::batch::Slot;
 use super::effects::{Commit, Effect, Notice, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, Step};
@@ -40,6 +41,7 @@ impl Machine<'_> {
             .into_iter()
             .map(|t| t.name)
             .collect();
+        let slots = calls.iter().map(|_| Slot::Pending).collect();
         self.step = Some(Step {
             number,
             next,
@@ -55,7 +57,9 @@ impl Machine<'_> {
                 .collect(),
             decisions: decisions_for_step(escalations, number),
             last_fresh: None,
-            modified: None,
+            slots,
+            running: 0,
+            scan: 0,
         });
         self.advance()
     }

@@ -862,3 +862,6 @@ fn a_question_to_a_person_pauses_and_their_reply_is_the_result() {
         }
     );
 }
+
+#[path = "batch_tests.rs"]
+mod batch;

@@ -3,7 +3,10 @@
 //!
 //! Durability follows DESIGN §5: the model's response is journaled as soon as it
 //! arrives, each call's start and outcome as they happen, and the step's messages with
-//! the loop state in one commit. Resuming is replay: the machine starts from the last
+//! the loop state in one commit. The calls the machine hands out together run
+//! concurrently in this one task (issue 14): each [`Effect::RunCall`] starts a future,
+//! the effects between them are performed at once, and each call's answer goes back
+//! to the machine as soon as it finishes. Resuming is replay: the machine starts from the last
 //! checkpoint and asks for each step's stored response, journal and decisions before
 //! it asks the model or runs a tool.
 
@@ -26,8 +29,12 @@ use crate::store::{
 use crate::tools::CallContext;
 use crate::trace::{EventBuffer, EventSink, NoteKind, TraceEvent};
 use observe::{Observer, StepStart};
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 /// How a run ended this time (it may be resumed later).
 #[derive(Debug, Clone, PartialEq)]
@@ -72,7 +79,25 @@ struct Drive<'r> {
     /// Trace events not yet stored; each write that carries events takes them.
     events: EventBuffer,
     /// The escalation queued last (the one a pause or an escalated commit names).
-    escalation: Option<EscalationId>,
+    escalation: Cell<Option<EscalationId>>,
+}
+
+/// A call running through the recovery chain; it answers with [`Event::CallRan`].
+type Running<'a> = Pin<Box<dyn Future<Output = Event> + 'a>>;
+
+/// Waits for the first running call to finish, and takes it out. The calls are polled
+/// in turn on each wake-up: at most [`crate::machine::MAX_PARALLEL`] of them.
+async fn next_finished(running: &mut Vec<Running<'_>>) -> Event {
+    std::future::poll_fn(|cx| {
+        for i in 0..running.len() {
+            if let Poll::Ready(event) = running[i].as_mut().poll(cx) {
+                drop(running.swap_remove(i));
+                return Poll::Ready(event);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 impl Runner {
@@ -93,19 +118,43 @@ impl Runner {
         };
         let mut machine = Machine::new(rules, state, context);
         let observer = self.observer.clone();
-        let mut d = Drive {
+        let d = Drive {
             runner: self,
             events: EventBuffer::observed(Arc::new(move |e| observer.event(e))),
-            escalation: None,
+            escalation: Cell::new(None),
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;
         let mut pending: VecDeque<Effect> = machine.handle(Event::Start { escalations }).into();
-        while let Some(effect) = pending.pop_front() {
-            if let Effect::Stop(stop) = effect {
-                return Ok(d.outcome(&machine, stop));
-            }
-            if let Some(event) = d.perform(&machine, effect).await? {
+        // The calls of a step running at once (issue 14): each is started as its
+        // effect comes, and its answer fed back as soon as it finishes.
+        let mut running: Vec<Running<'_>> = Vec::new();
+        loop {
+            let Some(effect) = pending.pop_front() else {
+                if running.is_empty() {
+                    break;
+                }
+                let event = next_finished(&mut running).await;
                 pending.extend(machine.handle(event));
+                continue;
+            };
+            match effect {
+                // The machine stops only once no call runs; should one still run, let
+                // it finish (and be journaled) rather than abandon it mid-effect.
+                Effect::Stop(stop) if running.is_empty() => return Ok(d.outcome(&machine, stop)),
+                Effect::Stop(stop) => {
+                    pending.push_front(Effect::Stop(stop));
+                    let event = next_finished(&mut running).await;
+                    pending.extend(machine.handle(event));
+                }
+                Effect::RunCall(call) => {
+                    let guard = machine.pending_state().clone();
+                    running.push(Box::pin(d.run_call(guard, *call)));
+                }
+                effect => {
+                    if let Some(event) = d.perform(&machine, effect).await? {
+                        pending.extend(machine.handle(event));
+                    }
+                }
             }
         }
         // The machine always ends with a stop; an empty queue would be a bug in it.
@@ -163,17 +212,14 @@ impl Runner {
 
 impl Drive<'_> {
     /// Performs one effect; a request effect answers with the event it waited for.
-    async fn perform(
-        &mut self,
-        m: &Machine<'_>,
-        effect: Effect,
-    ) -> Result<Option<Event>, RunError> {
+    async fn perform(&self, m: &Machine<'_>, effect: Effect) -> Result<Option<Event>, RunError> {
         let r = self.runner;
         let (store, lease) = (&r.store, &r.lease);
         match effect {
             Effect::LoadStep { step } => return Ok(Some(self.load_step(step)?)),
             Effect::AskModel(ask) => return Ok(Some(self.ask(m, &ask).await)),
-            Effect::RunCall(call) => return Ok(Some(self.run_call(m, *call).await)),
+            // Started by `Runner::run`, which keeps it running alongside others.
+            Effect::RunCall(_) => {}
             Effect::RecordModelTurn { step, response } => {
                 store.record_model_turn(lease, step, &response, &self.events.take())?;
                 fault::point("after_model_stored");
@@ -341,8 +387,9 @@ impl Drive<'_> {
         observe::with_heartbeat(r.observer.as_ref(), call).await
     }
 
-    /// Runs a call through the recovery chain, gated by the step's pending state.
-    async fn run_call(&self, m: &Machine<'_>, call: RunCall) -> Event {
+    /// Runs a call through the recovery chain, gated by the step's pending state as of
+    /// the call's start (`guard`).
+    async fn run_call(&self, guard: LoopState, call: RunCall) -> Event {
         let r = self.runner;
         fault::point("after_tool_intent");
         r.observer.call_started(&call.tool, call.max_attempts);
@@ -366,7 +413,7 @@ impl Drive<'_> {
             ),
             None => {
                 let guards = RunGuards {
-                    state: m.pending_state(),
+                    state: &guard,
                     policy: &tools.policy,
                     decision: call.decision.as_ref(),
                 };
@@ -389,7 +436,7 @@ impl Drive<'_> {
     }
 
     fn escalate(
-        &mut self,
+        &self,
         step: u32,
         summary: &str,
         detail: &EscalationDetail,
@@ -410,7 +457,7 @@ impl Drive<'_> {
         let id = r
             .store
             .create_escalation(&r.lease, &new, pause_as, &events)?;
-        self.escalation = Some(id);
+        self.escalation.set(Some(id));
         r.observer.notice(&match pause_as {
             Some(_) => Notice::Escalated {
                 id,
@@ -425,7 +472,7 @@ impl Drive<'_> {
         Ok(())
     }
 
-    fn commit(&mut self, c: &Commit) -> Result<(), RunError> {
+    fn commit(&self, c: &Commit) -> Result<(), RunError> {
         let r = self.runner;
         let state = r.state_json(&c.state)?;
         let escalation = c
@@ -462,7 +509,7 @@ impl Drive<'_> {
             fault::point("after_compaction");
         }
         if let (Some(id), Some((summary, detail))) = (id, &c.escalation) {
-            self.escalation = Some(id);
+            self.escalation.set(Some(id));
             r.observer.notice(&Notice::Escalated {
                 id,
                 kind: detail.kind(),
@@ -478,10 +525,11 @@ impl Drive<'_> {
             StopReason::Text(t) => (Some(t), None),
             StopReason::WaitingForEscalation => (
                 self.escalation
+                    .get()
                     .map(|id| format!("waiting for escalation {id}")),
-                self.escalation,
+                self.escalation.get(),
             ),
-            StopReason::Escalated(summary) => (Some(summary), self.escalation),
+            StopReason::Escalated(summary) => (Some(summary), self.escalation.get()),
         };
         let state = m.state();
         RunOutcome {

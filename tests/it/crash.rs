@@ -78,6 +78,21 @@ const CASES: &[Case] = &[
     case("after_commit", 3, None, ONCE_EACH),
 ];
 
+/// The table pins the order a step reaches its points in, so this project runs a
+/// turn's calls one by one (`max_parallel_calls = 1`); crashes in the middle of calls
+/// running together are in `parallel.rs`.
+fn one_by_one(turns: &[&[&str]]) -> Project {
+    let p = project(turns);
+    p.write(
+        "tools.toml",
+        &format!(
+            "[policy]\nmax_parallel_calls = 1\n{}",
+            crate::exactly_once::TOOLS
+        ),
+    );
+    p
+}
+
 fn start_crashing_at(p: &Project, spec: &str) -> crate::common::Run {
     run(
         p,
@@ -88,7 +103,7 @@ fn start_crashing_at(p: &Project, spec: &str) -> crate::common::Run {
 
 /// The uninterrupted run every crashed one is compared with.
 fn reference() -> Value {
-    let p = project(TURNS);
+    let p = one_by_one(TURNS);
     let v = run(&p, &["start", "task.md", "--json"], &[])
         .expect_code(0)
         .json();
@@ -104,7 +119,7 @@ fn reference() -> Value {
 
 fn crash_and_resume(want: &Value, c: &Case) {
     let what = format!("{}:{}", c.point, c.nth);
-    let p = project(TURNS);
+    let p = one_by_one(TURNS);
     let crashed = start_crashing_at(&p, &what);
     assert_eq!(
         crashed.code, -1,
@@ -173,7 +188,7 @@ fn the_table_covers_every_hit_of_every_crash_point() {
             .collect();
         assert_eq!(nth, (1..=hits).collect::<Vec<_>>(), "{point}");
         // One hit past the table the run must finish without crashing.
-        let p = project(TURNS);
+        let p = one_by_one(TURNS);
         let r = start_crashing_at(&p, &format!("{point}:{}", hits + 1));
         assert_eq!(r.code, 0, "{point} is reached more than {hits} times\n{r}");
     }

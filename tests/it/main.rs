@@ -18,6 +18,7 @@ mod help;
 mod lease;
 mod mcp;
 mod models_e2e;
+mod parallel;
 mod providers;
 mod providers_e2e;
 mod reading_runs;
