@@ -9,7 +9,8 @@
 //! message alike — is redacted in `tools::attempt`, the one place a tool's result
 //! enters agentrun, so retries' trace events, the journal, the transcript, escalation
 //! summaries and `runs show` only ever see the redacted form. Model providers redact
-//! their API key from error messages in `model::wire`.
+//! their API key and the credentials of their base URL (as written, decoded, and as
+//! the `Basic` value sent for them) from error messages in `model::wire`.
 //!
 //! Not covered: a secret the tool transforms (base64, split across lines, reversed)
 //! before printing it, and values shorter than [`MIN_LEN`] characters, which would
@@ -52,6 +53,46 @@ pub fn url_credentials(value: &str) -> Option<&str> {
     userinfo.contains(':').then_some(userinfo)
 }
 
+/// The userinfo (before `@`) of `scheme://userinfo@host…`, if any.
+pub fn userinfo(value: &str) -> Option<&str> {
+    let start = value.find("://")? + 3;
+    let rest = &value[start..];
+    let authority_end = rest.find(['/', '?', '#', ' ']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    Some(&rest[..at]).filter(|u| !u.is_empty())
+}
+
+/// `value` with the userinfo of a URL in it replaced by [`REDACTED`], for showing a
+/// configured URL (a provider's base URL in an error or a `Debug`).
+pub fn url_shown(value: &str) -> String {
+    match userinfo(value) {
+        Some(u) => value.replacen(&format!("{u}@"), &format!("{REDACTED}@"), 1),
+        None => value.to_string(),
+    }
+}
+
+/// Standard base64 with padding (RFC 4648), for the `Basic` form of URL credentials.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// The secret values known for one attempt.
 #[derive(Debug, Default, Clone)]
 pub struct Secrets {
@@ -63,13 +104,44 @@ impl Secrets {
     /// holding URL credentials also adds the credentials and the password alone.
     pub fn add(&mut self, value: &str) {
         if let Some(userinfo) = url_credentials(value) {
-            let userinfo = userinfo.to_string();
-            if let Some((_, password)) = userinfo.split_once(':') {
-                self.push(password);
-            }
-            self.push(&userinfo);
+            self.add_userinfo(userinfo);
         }
         self.push(value);
+    }
+
+    /// Remembers the credentials of a URL used to reach a server (a provider's base
+    /// URL): its whole userinfo, with or without a password, since a lone
+    /// `https://TOKEN@host` is a credential too. The URL itself stays showable.
+    pub fn add_url(&mut self, url: &str) {
+        if let Some(userinfo) = userinfo(url) {
+            self.add_userinfo(userinfo);
+        }
+    }
+
+    /// `user:password` as written, percent-decoded, the password alone, and the
+    /// `Basic` value an HTTP client sends for them (an echo of the header is a leak too).
+    fn add_userinfo(&mut self, userinfo: &str) {
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        for v in [
+            userinfo.to_string(),
+            decode(userinfo),
+            password.to_string(),
+            decode(password),
+        ] {
+            self.push(&v);
+        }
+        if password.is_empty() {
+            // A lone token: the user part is the secret.
+            self.push(&decode(user));
+        }
+        self.push(&base64(
+            format!("{}:{}", decode(user), decode(password)).as_bytes(),
+        ));
     }
 
     fn push(&mut self, value: &str) {
@@ -140,6 +212,27 @@ mod tests {
             s.text("password pw-9f8e leaked"),
             "password [redacted] leaked"
         );
+    }
+
+    #[test]
+    fn url_credentials_are_redacted_as_written_decoded_and_as_basic() {
+        let mut s = Secrets::default();
+        s.add_url("https://alice:p%40ss-word@llm.internal/v1");
+        assert_eq!(
+            s.text("alice:p%40ss-word alice:p@ss-word p@ss-word Basic YWxpY2U6cEBzcy13b3Jk"),
+            "[redacted] [redacted] [redacted] Basic [redacted]"
+        );
+        let mut t = Secrets::default();
+        t.add_url("https://sk-lonetoken@llm.internal/v1");
+        assert_eq!(t.text("got sk-lonetoken"), "got [redacted]");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        assert_eq!(base64(b"a"), "YQ==");
+        assert_eq!(
+            url_shown("https://alice:pw@llm.internal/v1"),
+            "https://[redacted]@llm.internal/v1"
+        );
+        assert_eq!(url_shown("http://host/a@b"), "http://host/a@b");
     }
 
     #[test]

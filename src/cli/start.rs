@@ -206,10 +206,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     if let Some(spec) = &args.model {
         switch_model(&mut snapshot, spec, &row.task_path)?;
     }
-    // A program edited since start (e.g. after its call was approved): say so, go on.
-    for line in crate::digest::changed(&snapshot.program_digests) {
-        eprintln!("{line}");
-    }
+    let edited = crate::digest::changed(&snapshot.program_digests);
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;
     if args.model.is_some() {
@@ -222,6 +219,11 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     }
     store.set_status(&lease, RunStatus::Running, None)?;
     let progress = progress_for(cli, args.stream_json);
+    // A program edited since start (e.g. after its call was approved): say so, go on.
+    // A notice like the others, so `--quiet` (and `--json`) silence it.
+    for line in edited {
+        progress.say(line);
+    }
     progress.say(format!(
         "agentrun: resuming run {id} after step {}",
         row.steps

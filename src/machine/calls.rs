@@ -123,9 +123,15 @@ impl Machine<'_> {
         let max = crate::model::limits::MAX_CALLS_PER_TURN;
         if step.at >= max {
             // DESIGN §3 Limits (issue 12 item 7): one turn may not run unbounded work.
+            let (n, total) = (step.at + 1, step.calls.len());
             let err = ToolError::new(
                 ErrorKind::TooManyCalls,
-                format!("more than {max} tool calls in one turn; this one was not made"),
+                format!(
+                    "this turn asked for {total} tool calls and one turn may make at most \
+                     {max}, so calls {} to {total} were not made (this is call {n}); ask for \
+                     it again in a later turn",
+                    max + 1
+                ),
             );
             return Next::Ended(self.made(&call, Err(err), 0));
         }

@@ -863,5 +863,37 @@ fn a_question_to_a_person_pauses_and_their_reply_is_the_result() {
     );
 }
 
+#[test]
+fn calls_over_the_turn_cap_feed_neither_the_breaker_nor_the_stuck_detector() {
+    let h = H::new();
+    let mut m = h.machine(LoopState::default());
+    ask(&mut m);
+    let max = crate::model::limits::MAX_CALLS_PER_TURN;
+    let parts = (0..max + 6)
+        .map(|i| call(&format!("c{i}"), "lookup", json!({ "i": i })))
+        .collect();
+    let mut out = m.handle(Event::ModelReplied(reply(parts)));
+    for i in 0..max {
+        out = m.handle(Event::CallRan {
+            call_id: format!("c{i}"),
+            execution: outcome(json!(i), None, 1),
+        });
+    }
+    // The six refused calls ended at once, after the last call that ran.
+    let c = commit(&out);
+    assert!(!c.state.nudged && c.escalation.is_none(), "{c:?}");
+    assert!(
+        c.state.recent_errors.is_empty(),
+        "{:?}",
+        c.state.recent_errors
+    );
+    assert!(c.state.call_failures.is_empty() && c.state.tool_failures.is_empty());
+    assert!(
+        !out.iter()
+            .any(|e| matches!(e, Effect::Notice(Notice::Nudged { .. }))),
+        "{out:?}"
+    );
+}
+
 #[path = "batch_tests.rs"]
 mod batch;

@@ -46,7 +46,7 @@ impl std::fmt::Debug for Anthropic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Anthropic")
             .field("model", &self.model)
-            .field("url", &self.url.as_str())
+            .field("url", &crate::redact::url_shown(self.url.as_str()))
             .finish_non_exhaustive()
     }
 }
@@ -68,10 +68,12 @@ impl Anthropic {
         )?;
         headers.insert(name, value);
         headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        let http =
+            Http::new(PROVIDER, config.timeouts, headers, Some(config.api_key))?.scrub_url(&url);
         Ok(Anthropic {
             model: config.model,
             url,
-            http: Http::new(PROVIDER, config.timeouts, headers, Some(config.api_key))?,
+            http,
             stream: config.stream,
             temperature: config.temperature,
             tool_choice: config.tool_choice,

@@ -78,7 +78,7 @@ impl std::fmt::Debug for OpenAi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAi")
             .field("model", &self.model)
-            .field("url", &self.url.as_str())
+            .field("url", &crate::redact::url_shown(self.url.as_str()))
             .finish_non_exhaustive()
     }
 }
@@ -109,11 +109,12 @@ impl OpenAi {
             )?;
             headers.insert(name, value);
         }
+        let http = Http::new(PROVIDER, config.timeouts, headers, config.api_key)?.scrub_url(&url);
         Ok(OpenAi {
             model: config.model,
             token_field: TokenField::for_url(&url),
             url,
-            http: Http::new(PROVIDER, config.timeouts, headers, config.api_key)?,
+            http,
             stream: config.stream,
             temperature: config.temperature,
             tool_choice: config.tool_choice,

@@ -54,7 +54,10 @@ pub(crate) fn secret_header(
 /// `{base}/{path}`, with or without a trailing slash on the base.
 pub(crate) fn endpoint(base: &str, path: &str, var: &str) -> Result<Url, ModelError> {
     let joined = format!("{}/{path}", base.trim().trim_end_matches('/'));
-    Url::parse(&joined).map_err(|e| ModelError::Config(format!("{var} `{base}` is not a URL: {e}")))
+    Url::parse(&joined).map_err(|e| {
+        let base = crate::redact::url_shown(base);
+        ModelError::Config(format!("{var} `{base}` is not a URL: {e}"))
+    })
 }
 
 /// How long one attempt may take.
@@ -110,6 +113,9 @@ pub(crate) struct Http {
     timeouts: Timeouts,
     /// Only to scrub the key out of messages a server might echo it into.
     key: Option<ApiKey>,
+    /// The credentials in the base URL's userinfo (`https://user:pass@host`), scrubbed
+    /// the same way ([`Http::scrub_url`]).
+    url_secrets: crate::redact::Secrets,
 }
 
 impl Http {
@@ -133,7 +139,15 @@ impl Http {
             client,
             timeouts,
             key,
+            url_secrets: Default::default(),
         })
+    }
+
+    /// Also scrubs the credentials in `url`'s userinfo out of every message (reqwest
+    /// sends them as `Authorization: Basic`, which a server may echo too).
+    pub fn scrub_url(mut self, url: &Url) -> Http {
+        self.url_secrets.add_url(url.as_str());
+        self
     }
 
     /// One POST of `body`; a 2xx body is decoded into `T`, anything else is an error.
@@ -330,10 +344,11 @@ impl Http {
     }
 
     pub fn redact(&self, message: String) -> String {
-        match &self.key {
+        let message = match &self.key {
             Some(key) => message.replace(key.expose(), "[redacted]"),
             None => message,
-        }
+        };
+        self.url_secrets.text(&message)
     }
 }
 

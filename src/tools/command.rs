@@ -45,7 +45,7 @@ pub async fn run(
 ) -> AttemptResult {
     let (mut cmd, secrets) = build(spec, ctx)?;
     descendants::become_subreaper();
-    let result = run_child(&mut cmd, spec, def, args).await;
+    let result = run_child(&mut cmd, spec, def, args, ctx.key).await;
     super::redacted(result, &secrets)
 }
 
@@ -54,13 +54,14 @@ async fn run_child(
     spec: &CommandSpec,
     def: &ToolDef,
     args: &Value,
+    key: &str,
 ) -> AttemptResult {
     let mut child = cmd.spawn().map_err(|e| {
         let msg = format!("{}: cannot start `{}`: {e}", def.name, spec.argv[0]);
         ToolError::new(ErrorKind::ToolBug, msg)
     })?;
     // The child leads its own group (process_group(0)), so its pid is the group id.
-    let mut group = GroupGuard(child.id());
+    let mut leftovers = Leftovers::new(child.id(), key);
     let input = args.to_string();
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
@@ -75,11 +76,11 @@ async fn run_child(
         };
         let wait = async {
             let status = child.wait().await;
-            // Leftover background processes of the tool would hold the output pipes
-            // open and outlive the attempt; the attempt is over, so they go too. While
-            // any member lives the kernel keeps the group id from being reused, so this
-            // cannot hit a stranger's group.
-            group.kill();
+            // The attempt is over: whatever the tool left running (background jobs in
+            // its group, double-forked daemons handed to us as their subreaper) would
+            // hold the output pipes open and outlive it, so it goes now, and is reaped.
+            let killed = leftovers.stop(None);
+            descendants::reap(&killed);
             status
         };
         let (_, out, err, status) = tokio::join!(
@@ -90,8 +91,8 @@ async fn run_child(
         );
         (out, err, status)
     };
-    // Bind first: the borrows of `child` and `group` inside `work` must end before the
-    // timeout branch uses them again.
+    // Bind first: the borrows of `child` and `leftovers` inside `work` must end before
+    // the timeout branch uses them again.
     let finished = tokio::time::timeout(def.retry.timeout, work).await;
     match finished {
         Ok((out, err, Ok(status))) => classify(&def.name, status, &out, &err),
@@ -100,11 +101,9 @@ async fn run_child(
             format!("{}: wait failed: {e}", def.name),
         )),
         Err(_) => {
-            // Everything the tool started goes, `setsid` escapees included (issue 12
-            // item 9): the whole tree is frozen, then killed, then reaped.
-            let tree = child.id().map(descendants::freeze).unwrap_or_default();
-            group.kill();
-            let killed = descendants::kill(&tree);
+            // Everything the tool started goes, `setsid` escapees and daemons whose
+            // parent already exited included (issue 12 item 9): frozen, killed, reaped.
+            let killed = leftovers.stop(child.id());
             // Reap the direct child first: its exit hands its children to us (we are
             // their subreaper), and so on down the tree.
             let _ = child.wait().await;
@@ -190,32 +189,65 @@ pub fn child_env(
     out
 }
 
-/// Kills the child's whole process group when dropped, so a cancelled attempt (Ctrl-C,
-/// a dropped future) leaves nothing behind either.
-struct GroupGuard(Option<u32>);
+/// What one attempt may leave behind: its process group and every process carrying
+/// its `AGENTRUN_CALL_ID` that was handed to agentrun as an orphan. Dropped without
+/// [`Leftovers::stop`] (a cancelled attempt: Ctrl-C, a dropped future), it still kills
+/// them all; only the reaping is then left to agentrun's exit.
+struct Leftovers {
+    /// The tool's process group, until it has been killed once: after that every member
+    /// is gone and the id may be reused, so it is never signalled again.
+    pgid: Option<i32>,
+    key: String,
+    armed: bool,
+}
 
-impl GroupGuard {
-    fn kill(&mut self) {
-        if let Some(pgid) = self.0.take().and_then(|p| libc::pid_t::try_from(p).ok()) {
-            // SAFETY: kill(2) has no memory-safety preconditions. A group that is
-            // already gone gives ESRCH, which is fine.
-            unsafe {
-                libc::kill(-pgid, libc::SIGKILL);
-            }
+impl Leftovers {
+    fn new(pgid: Option<u32>, key: &str) -> Leftovers {
+        Leftovers {
+            pgid: pgid.and_then(|p| i32::try_from(p).ok()),
+            key: key.to_string(),
+            armed: true,
         }
+    }
+
+    /// Freezes and kills everything the attempt started: `child` (the tool itself, when
+    /// it still runs) and its descendants, the members of its group, and the orphans
+    /// carrying its call id with theirs. Returns the processes killed besides `child`,
+    /// for [`descendants::reap`] once `child` has been waited for.
+    fn stop(&mut self, child: Option<u32>) -> Vec<i32> {
+        self.armed = false;
+        let child = child.and_then(|p| i32::try_from(p).ok());
+        let tree = descendants::freeze(child, self.pgid, &self.key);
+        if let Some(pgid) = self.pgid.take() {
+            // SAFETY: kill(2) has no memory-safety preconditions. A group that is
+            // already gone gives ESRCH, which is fine. While any member lives the
+            // kernel keeps the group id from being reused, so this cannot hit a
+            // stranger's group.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+        descendants::kill(&tree)
     }
 }
 
-impl Drop for GroupGuard {
+impl Drop for Leftovers {
     fn drop(&mut self) {
-        self.kill();
+        if self.armed {
+            self.stop(None);
+        }
     }
 }
 
 /// The processes a tool started, found through `/proc` (Linux). agentrun is a child
 /// subreaper, so a descendant whose parent died is handed to agentrun rather than to
-/// init and can still be reaped here.
+/// init, and can be told apart by the `AGENTRUN_CALL_ID` in its environment, killed and
+/// reaped here. Elsewhere `/proc` is absent and only the process group is killed.
 mod descendants {
+    use std::time::{Duration, Instant};
+
+    /// How long reaping waits for killed processes to die before leaving them to
+    /// agentrun's exit (SIGKILL is not instant for a process in uninterruptible sleep).
+    const REAP_WITHIN: Duration = Duration::from_secs(2);
+
     /// Marks agentrun as a child subreaper (once; harmless to repeat).
     pub fn become_subreaper() {
         #[cfg(target_os = "linux")]
@@ -228,57 +260,103 @@ mod descendants {
         }
     }
 
-    /// `(pid, parent pid)` of every process we can see.
-    fn table() -> Vec<(i32, i32)> {
+    fn me() -> i32 {
+        i32::try_from(std::process::id()).unwrap_or(-1)
+    }
+
+    /// One line of the process table.
+    #[derive(Clone, Copy)]
+    struct Proc {
+        pid: i32,
+        ppid: i32,
+        pgrp: i32,
+    }
+
+    fn stat(pid: i32) -> Option<Proc> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace().skip(1);
+        let ppid = rest.next()?.parse().ok()?;
+        let pgrp = rest.next()?.parse().ok()?;
+        Some(Proc { pid, ppid, pgrp })
+    }
+
+    /// Every process we can see.
+    fn table() -> Vec<Proc> {
         let Ok(dir) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
-        dir.filter_map(|e| {
-            let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-            let rest = &stat[stat.rfind(')')? + 1..];
-            let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
-            Some((pid, ppid))
-        })
-        .collect()
+        dir.filter_map(|e| stat(e.ok()?.file_name().to_str()?.parse().ok()?))
+            .collect()
     }
 
-    /// Every descendant of `root` (not `root` itself), parents before children, each
-    /// stopped with SIGSTOP so none can fork a new one behind our back. Scans until a
-    /// pass finds nothing new.
-    pub fn freeze(root: u32) -> Vec<i32> {
-        let Ok(root) = i32::try_from(root) else {
-            return Vec::new();
+    /// Whether `pid` was started with `AGENTRUN_CALL_ID=key` in its environment.
+    /// Readable for processes of our own user (and for root, any); a zombie's is empty.
+    fn carries(pid: i32, key: &str) -> bool {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            return false;
         };
+        let want = format!("AGENTRUN_CALL_ID={key}");
+        environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
+    }
+
+    /// Everything the attempt started, besides `child` itself: `child`'s descendants,
+    /// and our orphans (parent = agentrun) that are in the tool's group `pgid` or carry
+    /// its call id, with their descendants. Parents come before children and each is
+    /// stopped with SIGSTOP as found, so none can fork a new one behind our back; scans
+    /// until a pass finds nothing new.
+    pub fn freeze(child: Option<i32>, pgid: Option<i32>, key: &str) -> Vec<i32> {
+        let me = me();
         let mut found: Vec<i32> = Vec::new();
+        // Orphans already ruled out (their environment will not change).
+        let mut strangers: Vec<i32> = Vec::new();
         for _ in 0..100 {
             let table = table();
-            let mut grew = false;
+            let before = found.len();
+            for p in &table {
+                if p.ppid != me || Some(p.pid) == child || found.contains(&p.pid) {
+                    continue;
+                }
+                if strangers.contains(&p.pid) {
+                    continue;
+                }
+                if Some(p.pgrp) == pgid || carries(p.pid, key) {
+                    stop(p.pid);
+                    found.push(p.pid);
+                } else {
+                    strangers.push(p.pid);
+                }
+            }
+            // Then everything below the child and the orphans found, level by level.
             let mut i = 0;
             loop {
-                let parents: Vec<i32> = std::iter::once(root)
+                let parents: Vec<i32> = child
+                    .into_iter()
                     .chain(found[i..].iter().copied())
                     .collect();
-                let before = found.len();
-                for &(pid, ppid) in &table {
-                    if parents.contains(&ppid) && pid != root && !found.contains(&pid) {
-                        // SAFETY: kill(2) has no memory-safety preconditions.
-                        unsafe { libc::kill(pid, libc::SIGSTOP) };
-                        found.push(pid);
+                let level = found.len();
+                for p in &table {
+                    if parents.contains(&p.ppid) && Some(p.pid) != child && !found.contains(&p.pid)
+                    {
+                        stop(p.pid);
+                        found.push(p.pid);
                     }
                 }
-                if found.len() == before {
+                if found.len() == level {
                     break;
                 }
-                grew = true;
-                i = before;
+                i = level;
             }
-            if !grew {
+            if found.len() == before {
                 break;
             }
         }
         found
+    }
+
+    fn stop(pid: i32) {
+        // SAFETY: kill(2) has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
     }
 
     /// Kills the tree; returns the processes that were killed (not one we may not
@@ -289,15 +367,35 @@ mod descendants {
         tree.iter().filter(killed).copied().collect()
     }
 
-    /// Waits for each killed descendant that has become our child. Parents come first,
-    /// so by the time a process is waited for, its parent's exit has handed it to us;
-    /// one that is not ours (ECHILD) is skipped.
-    pub fn reap(tree: &[i32]) {
-        for &pid in tree {
-            let mut status = 0;
-            // SAFETY: waitpid(2) writes only to `status`. The pid was SIGKILLed, so this
-            // returns as soon as the kernel has torn it down.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
+    /// Waits for each killed process, so none is left a zombie. A process whose parent
+    /// was killed too becomes our child once that parent has died (we are the
+    /// subreaper); one whose parent is someone else's is not ours to reap.
+    pub fn reap(killed: &[i32]) {
+        let me = me();
+        let deadline = Instant::now() + REAP_WITHIN;
+        let mut left = killed.to_vec();
+        while !left.is_empty() {
+            let before = left.len();
+            left.retain(|&pid| {
+                let mut status = 0;
+                // SAFETY: waitpid(2) writes only to `status`; WNOHANG never blocks.
+                match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+                    0 => true, // ours, still dying
+                    r if r == pid => false,
+                    _ => match stat(pid) {
+                        // Not (yet) our child: keep waiting while its parent is one of
+                        // the killed, which hands it to us when it dies.
+                        Some(p) => p.ppid != me && killed.contains(&p.ppid),
+                        None => false,
+                    },
+                }
+            });
+            if Instant::now() >= deadline {
+                return;
+            }
+            if left.len() == before {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 }

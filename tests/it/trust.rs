@@ -2,7 +2,7 @@
 //! effect. Each test pins one hole found by trying agentrun as an attacker or a careless
 //! operator would, through the real binary where the behaviour is visible there.
 
-use crate::common::{Project, events, journal, runtime, tool_result};
+use crate::common::{Project, Run, events, journal, notes, runtime, tool_result};
 use serde_json::{Value, json};
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -420,6 +420,59 @@ fn a_header_secret_echoed_in_an_error_body_is_never_stored_or_shown() {
 }
 
 #[test]
+fn credentials_in_a_provider_base_url_are_never_stored_or_shown() {
+    let s = Servers::new();
+    // A proxy that echoes what it got: the userinfo as written, and the Basic header
+    // an HTTP client makes of it (base64 of `alice:pw-5ecret-77`).
+    s.rt.block_on(
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+                "message": "denied alice:pw-5ecret-77 (Authorization: Basic YWxpY2U6cHctNWVjcmV0LTc3)"
+            }})))
+            .mount(&s.home),
+    );
+    let p = Project::new();
+    p.write("tools.toml", "");
+    p.write(
+        "task.md",
+        "+++\nmodel = \"openai:gpt-4o-mini\"\n+++\nSay hi.\n",
+    );
+    let base = s
+        .home
+        .uri()
+        .replace("http://", "http://alice:pw-5ecret-77@");
+    let run = p.run_env(
+        &["start", "task.md", "--json"],
+        &[("OPENAI_BASE_URL", &format!("{base}/v1"))],
+    );
+    run.expect_code(1);
+    assert!(run.stdout.contains("denied [redacted]"), "{run}");
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    let show = p.run(&["runs", "show", &id]);
+    let show_json = p.run(&["runs", "show", &id, "--json"]);
+    let export = p.run(&["runs", "export", &id]);
+    for secret in ["pw-5ecret-77", "YWxpY2U6cHctNWVjcmV0LTc3"] {
+        for text in [
+            &run.stdout,
+            &run.stderr,
+            &show.stdout,
+            &show_json.stdout,
+            &export.stdout,
+        ] {
+            assert!(!text.contains(secret), "`{secret}` shown:\n{text}");
+        }
+        assert!(!contains(&p.db_bytes(), secret), "`{secret}` stored");
+    }
+    // A base URL that is not a URL is named without its credentials.
+    let bad = p.run_env(
+        &["start", "task.md"],
+        &[("OPENAI_BASE_URL", "http://alice:pw-5ecret-77@[::1")],
+    );
+    assert!(!bad.stderr.contains("pw-5ecret-77"), "{bad}");
+    assert!(bad.stderr.contains("[redacted]@"), "{bad}");
+}
+
+#[test]
 fn a_secret_a_command_tool_was_given_is_redacted_from_its_output() {
     let p = Project::new();
     p.fast_tools(
@@ -619,9 +672,7 @@ fn calls_beyond_64_in_one_turn_are_answered_malformed_and_never_run() {
         .collect();
     p.model_script(json!([{ "tool_calls": many }, {"text": "done"}]));
     p.task("", "Count.");
-    // (Six identical too_many_calls errors also make the stuck detector step in; the
-    // run's end does not matter here, only what ran.)
-    let (_, show) = p.start(&[]);
+    let (run, show) = p.start(&[]);
     assert_eq!(p.lines("count.log"), 64);
     let (content, is_error) = tool_result(&show, "call_0_69");
     assert!(is_error);
@@ -629,7 +680,18 @@ fn calls_beyond_64_in_one_turn_are_answered_malformed_and_never_run() {
         (&content["error"], &content["class"]),
         (&json!("too_many_calls"), &json!("malformed"))
     );
+    assert_eq!(
+        content["message"],
+        "this turn asked for 70 tool calls and one turn may make at most 64, so calls 65 \
+         to 70 were not made (this is call 70); ask for it again in a later turn"
+    );
     assert_eq!(tool_result(&show, "call_0_63").0, json!(1));
+    // Six identical refusals are one oversized turn, not a loop: no nudge, no `stuck`
+    // escalation, and the run ends with the model's answer.
+    run.expect_code(0);
+    assert_eq!(run.json()["status"], "completed", "{run}");
+    assert!(notes(&show).is_empty(), "{:?}", notes(&show));
+    assert!(events(&show, "nudge").is_empty());
 }
 
 #[test]
@@ -786,6 +848,127 @@ sleep 5";
     );
 }
 
+// ---- 9. a tool's leftovers die and are reaped, even once their parent has exited -----
+
+/// The processes started with `AGENTRUN_CALL_ID=key` in their environment.
+fn carrying(key: &str) -> Vec<i32> {
+    let want = format!("AGENTRUN_CALL_ID={key}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// The zombie children of `parent`.
+fn zombies_of(parent: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let mut rest = stat[stat.rfind(')').unwrap() + 1..].split_whitespace();
+        let state = rest.next().unwrap();
+        let ppid: i32 = rest.next().unwrap().parse().unwrap();
+        if ppid == parent && state == "Z" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Runs `spawner` (a tool with `body`, plus `extra` tools.toml lines), then a `gate`
+/// tool that holds agentrun open until the test has looked at the process table: by
+/// then the spawner's call is over, and nothing it started may be left — not alive, not
+/// a zombie of agentrun (which is their subreaper, so only it can reap them).
+fn nothing_is_left_after(body: &str, extra: &str, first_result: &str) {
+    let p = Project::new();
+    let tools = logging_tool(&p, "spawner", body)
+        + extra
+        + &logging_tool(
+            &p,
+            "gate",
+            "mkfifo go; touch gate.started; cat go > /dev/null; echo open",
+        );
+    p.fast_tools(&tools);
+    p.model_script(json!([calls("spawner", 1), calls("gate", 1), {"text": "done"}]));
+    p.task("", "Run it.");
+    let agent = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent_pid = i32::try_from(agent.id()).unwrap();
+    let started = p.path().join("gate.started");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gate tool never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let key = std::fs::read_to_string(p.path().join("spawner.log")).unwrap();
+    let key = key.trim();
+    let daemon = std::fs::read_to_string(p.path().join("daemon.pid")).unwrap();
+    let daemon = daemon.trim();
+    let daemon_left = std::path::Path::new(&format!("/proc/{daemon}")).exists();
+    let alive = carrying(key);
+    let zombies = zombies_of(agent_pid);
+    // Let the run finish before asserting, so a failure leaves nothing running either.
+    std::fs::write(p.path().join("go"), "go").unwrap();
+    let run = Run::from_output(agent.wait_with_output().unwrap());
+    run.expect_code(0);
+    assert!(
+        !daemon_left,
+        "the double-forked daemon {daemon} is still there\n{run}"
+    );
+    assert!(
+        alive.is_empty(),
+        "processes of call {key} survived: {alive:?}\n{run}"
+    );
+    assert!(
+        zombies.is_empty(),
+        "agentrun left zombies: {zombies:?}\n{run}"
+    );
+    let show = p.show(&p.only_run());
+    let (first, _) = tool_result(&show, "call_0_0");
+    assert!(first.to_string().contains(first_result), "{first}");
+}
+
+/// `( setsid sleep & )`: the subshell exits at once, so the daemon is an orphan handed to
+/// agentrun, outside the tool's process group and no longer below the tool.
+const DOUBLE_FORK: &str = "( setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > daemon.pid )";
+
+#[test]
+fn a_double_forked_daemon_and_a_background_job_die_when_their_tool_exits() {
+    // The background job stays in the tool's group: killed with it before, but then
+    // left a zombie of agentrun until agentrun exited.
+    nothing_is_left_after(
+        &format!("{DOUBLE_FORK}\nsleep 300 </dev/null >/dev/null 2>&1 &\necho '\"spawned\"'"),
+        "",
+        "\"spawned\"",
+    );
+}
+
+#[test]
+fn a_daemon_whose_parent_exited_before_the_timeout_dies_with_the_timed_out_tool() {
+    nothing_is_left_after(
+        &format!("{DOUBLE_FORK}\nexec sleep 300"),
+        "timeout = \"500ms\"\nidempotent = true\nattempts = 1\n",
+        "\"error\":\"timeout\"",
+    );
+}
+
 // ---- 9. `tools check` warns about credentials written into tools.toml ----------------
 
 #[test]
@@ -848,8 +1031,8 @@ fn an_approval_pattern_catches_drop_table_with_a_double_space() {
 
 // ---- 9. a program edited between approval and resume is named on resume -------------
 
-#[test]
-fn resume_names_a_tool_script_edited_after_approval() {
+/// A run paused for approval of `send`, approved, and `send.sh` edited since.
+fn edited_after_approval() -> (Project, String) {
     let p = Project::new();
     p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho sent\n");
     p.write(
@@ -875,6 +1058,22 @@ fn resume_names_a_tool_script_edited_after_approval() {
     p.run(&["escalations", "resolve", &esc, "--approve"])
         .expect_code(0);
     p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho edited\n");
+    (p, run)
+}
+
+#[test]
+fn resume_under_quiet_keeps_the_program_change_notice_off_stderr() {
+    // `--quiet` means nothing on stderr but errors: this notice is not one.
+    let (p, run) = edited_after_approval();
+    let r = p.run(&["--quiet", "resume", &run]);
+    r.expect_code(0);
+    assert_eq!(r.stderr, "", "{r}");
+    assert_eq!(r.stdout, "done\n", "{r}");
+}
+
+#[test]
+fn resume_names_a_tool_script_edited_after_approval() {
+    let (p, run) = edited_after_approval();
     let r = p.run(&["resume", &run]);
     r.expect_code(0);
     let line = r

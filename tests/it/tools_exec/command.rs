@@ -102,7 +102,7 @@ async fn secrets_are_cleaned_from_the_environment_unless_listed() {
         spec.env = vec!["AGENTRUN_TEST_LISTED_TOKEN".to_string()];
     }
     // The listed secret reaches the tool, and is redacted from what it prints.
-    let want = json!({"key": "", "got": "[redacted]", "kb": "", "run": "run-1", "call": "call-1", "path": true});
+    let want = json!({"key": "", "got": "[redacted]", "kb": "", "run": "run-1", "call": h.key, "path": true});
     assert_eq!(h.attempt(&def, json!({})).await, Ok(want));
 }
 

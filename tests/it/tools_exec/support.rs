@@ -97,6 +97,10 @@ pub struct Harness {
     pub clock: FakeClock,
     pub events: EventBuffer,
     pub prompts: Prompts,
+    /// `AGENTRUN_CALL_ID`: unique per harness, as it is per call in a run. The tests
+    /// share one process, which is the subreaper of all their tools, and an attempt's
+    /// clean-up kills every orphan that carries its key.
+    pub key: String,
 }
 
 impl Harness {
@@ -106,6 +110,11 @@ impl Harness {
             clock: FakeClock::new(0),
             events: EventBuffer::default(),
             prompts: Prompts::builtin(),
+            key: {
+                static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                format!("run-1:{n}:call-1")
+            },
         }
     }
 
@@ -140,7 +149,7 @@ impl Harness {
         CallContext {
             run_id: "run-1",
             call_id: "call-1",
-            key: "call-1",
+            key: &self.key,
             clock: &self.clock,
             events: &self.events,
             mcp: None,
