@@ -8,6 +8,7 @@ mod model_args;
 mod output;
 pub mod progress;
 mod runs;
+mod runs_show;
 pub mod settings;
 
 pub use output::is_broken_pipe;
@@ -86,7 +87,7 @@ pub struct BadInput(pub String);
 pub struct Cli {
     // The three global options are hidden from the generated lists, so they do not
     // repeat in every subcommand's help (issue 13); GLOBAL_HELP describes them once.
-    /// SQLite database holding all runs.
+    /// SQLite database holding all runs, or a postgres:// URL.
     #[arg(
         long,
         global = true,
@@ -132,7 +133,8 @@ pub use settings::DEFAULT_DB;
 const GLOBAL_HELP: &str = "\
 Global options (any command, before or after it):
       --db <PATH>  SQLite database holding all runs (env AGENTRUN_DB) [default: the nearest
-                   .agentrun/agentrun.db from here up, else ./.agentrun/agentrun.db]
+                   .agentrun/agentrun.db from here up, else ./.agentrun/agentrun.db];
+                   a postgres:// or postgresql:// URL selects PostgreSQL instead
       --json       Print exactly one JSON object (or array) on stdout when the command ends
   -q, --quiet      No progress lines on stderr
 

@@ -280,10 +280,10 @@ fn print_list(
 /// Model specs from the run's config snapshot (empty when it cannot be read).
 fn models(store: &Store, id: &RunId) -> Vec<String> {
     store
-        .snapshot(id)
+        .snapshot_models(id)
         .ok()
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-        .and_then(|v| serde_json::from_value(v["models"].clone()).ok())
+        .flatten()
+        .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default()
 }
 
@@ -343,7 +343,18 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
         output::write_run_detail_json(&mut out, store, id, detail_head(store, id)?)?;
         return Ok(Exit::Completed);
     }
-    output::print_out(&render(store, id)?)?;
+    // Streamed: the header at once, then a window of steps at a time (issue 14).
+    let row = store.run(id)?;
+    let escalations = store.escalations_for_run(id)?;
+    let models = models(store, id);
+    let head = super::runs_show::Head {
+        row: &row,
+        escalations: &escalations,
+        models: &models,
+        stale: is_stale(&row),
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    super::runs_show::write(&mut out, store, id, &head)?;
     Ok(Exit::Completed)
 }
 

@@ -71,6 +71,8 @@ pub fn resolve(
     let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
     let (db, db_chosen) = match (db_flag, file.database) {
         (Some(p), _) => (p, true),
+        // A PostgreSQL URL is not a path relative to the config file.
+        (None, Some(p)) if p.to_str().is_some_and(crate::store::is_postgres_url) => (p, true),
         (None, Some(p)) => (base.join(p), true),
         (None, None) => match &project {
             Some(p) => (p.join(DEFAULT_DB), false),

@@ -38,7 +38,14 @@ pub fn canonical_json(v: &Value) -> String {
 /// SHA-256 of the canonical JSON of a call's arguments, hex.
 pub fn args_digest(args: &Value) -> String {
     let hash = Sha256::digest(canonical_json(args).as_bytes());
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    // One allocation, not a `format!` per byte (issue 14: a few digests per call).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(hash.len() * 2);
+    for b in hash.iter() {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 /// The breaker's key for a call: tool + args digest.

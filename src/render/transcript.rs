@@ -34,18 +34,33 @@ pub struct RunView<'a> {
 }
 
 pub fn render(v: &RunView<'_>, style: Style) -> String {
-    let mut out = header(v, style);
-    out.push_str(&format!("\n{}\n", style.bold("task")));
-    out.push_str(&format!("  {}\n", indent(v.row.task.trim_end(), 2)));
-    for step in steps(v) {
-        out.push_str(&render_step(v, step, style));
-    }
+    let mut out = render_head(v, style);
+    out.push_str(&render_steps(v, style));
     out.push_str(&render_escalations(v.escalations, style));
     out
 }
 
+/// What comes before the first step: the header and the task. `runs show` prints it,
+/// then [`render_steps`] of one window of steps at a time, then
+/// [`render_escalations`] — the same text as [`render`], streamed (issue 14).
+pub fn render_head(v: &RunView<'_>, style: Style) -> String {
+    let mut out = header(v, style);
+    out.push_str(&format!("\n{}\n", style.bold("task")));
+    out.push_str(&format!("  {}\n", indent(v.row.task.trim_end(), 2)));
+    out
+}
+
+/// The steps `v` holds rows of: the whole run, or a window of whole steps.
+pub fn render_steps(v: &RunView<'_>, style: Style) -> String {
+    let mut out = String::new();
+    for step in steps(v) {
+        out.push_str(&render_step(v, step, style));
+    }
+    out
+}
+
 /// The run's escalations and the decisions people made on them.
-fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
+pub fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
     if escalations.is_empty() {
         return String::new();
     }

@@ -5,9 +5,9 @@
 //! `runs` itself), so a table added by a later migration is covered without editing
 //! this file.
 
-use super::{Result, RunId, Store};
+use super::{Result, RunId, SqliteStore};
 
-impl Store {
+impl SqliteStore {
     /// Deletes one run and everything it owns. Returns false when no such run exists.
     pub fn delete_run(&self, id: &RunId) -> Result<bool> {
         self.write(|tx| {
@@ -31,7 +31,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Replaces a held run's config snapshot (`resume --model` switches the model for
     /// the rest of the run).
     pub fn replace_snapshot(&self, lease: &super::Lease, snapshot: &str) -> Result<()> {

@@ -2,7 +2,7 @@
 
 use super::detail::EscalationDetail;
 use super::runs::check_lease;
-use super::{Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
+use super::{Lease, Result, RunId, RunStatus, SqliteStore, StoreError, now_ms};
 use crate::trace::TraceEvent;
 use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
@@ -135,7 +135,7 @@ impl NewEscalation<'_> {
 const COLUMNS: &str = "id, run_id, step, kind, status, summary, detail, created_at, resolved_at, \
      resolved_by, resolution, applied";
 
-impl Store {
+impl SqliteStore {
     /// Queues an escalation. When it pauses the run, the run's status becomes
     /// `pause_as` in the same commit; a blocked call's start mark is cleared, since the
     /// call did not run (it waits for the decision).

@@ -33,7 +33,7 @@
 //! It never costs a committed step, and never repeats a non-idempotent call.
 
 use super::runs::check_lease;
-use super::{Durability, Lease, Result, RunId, RunStatus, Store, StoreError, now_ms};
+use super::{Durability, Lease, Result, RunId, RunStatus, SqliteStore, StoreError, now_ms};
 use crate::model::{Message, ModelResponse, Role};
 use crate::trace::TraceEvent;
 use rusqlite::{OptionalExtension, Transaction, params};
@@ -58,7 +58,7 @@ impl CallStatus {
         }
     }
 
-    fn parse(s: &str) -> Option<CallStatus> {
+    pub(super) fn parse(s: &str) -> Option<CallStatus> {
         [
             CallStatus::Ok,
             CallStatus::Error,
@@ -130,7 +130,7 @@ pub struct StepCommit<'a> {
     pub escalation: Option<&'a super::NewEscalation<'a>>,
 }
 
-impl Store {
+impl SqliteStore {
     /// Journals a model response for `step` with its tool calls as pending rows.
     /// Not fsynced ([`Durability::Process`]): the step commit, or an earlier started
     /// mark, makes it durable against a power cut.
@@ -352,6 +352,53 @@ impl Store {
         Ok(())
     }
 
+    /// A page of the transcript: up to `limit` messages after seq `after`, in order
+    /// (streaming human `runs show`, issue 14: one primary-key range per page).
+    pub fn messages_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT seq, step, role, content FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(params![run.0, after, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(message_row(run, r)?);
+        }
+        Ok(out)
+    }
+
+    /// A page of the trace: up to `limit` events after event id `after`, in order,
+    /// each with its id (the next page's `after`).
+    pub fn events_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, StoredEvent)>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT step, at, data, id FROM events
+             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+        )?;
+        let mut rows = stmt.query(params![run.0, after, limit])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push((r.get(3)?, event_row(run, r)?));
+        }
+        Ok(out)
+    }
+
+    /// The journal rows of steps `first..=last`, in call order.
+    pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, first..=last)
+    }
+
     /// The tool-call journal of a run, in call order.
     pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
         self.journal_rows(run, 0..=u32::MAX)
@@ -380,7 +427,7 @@ impl Store {
     }
 
     /// Hands the run's journal to `f` one call at a time, in call order, as it is read
-    /// (streaming `runs show`; see [`Store::each_message`]).
+    /// (streaming `runs show`; see [`SqliteStore::each_message`]).
     pub fn each_journal_entry<E: From<StoreError>>(
         &self,
         run: &RunId,
@@ -417,7 +464,7 @@ impl Store {
     }
 
     /// Hands the run's trace to `f` one event at a time, in order, as it is read
-    /// (streaming `runs show`; see [`Store::each_message`]).
+    /// (streaming `runs show`; see [`SqliteStore::each_message`]).
     pub fn each_event<E: From<StoreError>>(
         &self,
         run: &RunId,

@@ -1,7 +1,7 @@
 //! Schema migrations, applied in order and recorded in `PRAGMA user_version`.
 //! Append-only: never edit a shipped migration; add a new one.
 
-use super::{Result, Store, StoreError};
+use super::{Result, SqliteStore, StoreError};
 
 const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
@@ -103,7 +103,7 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
-pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {
+pub(super) fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
     let known = MIGRATIONS.len() as i64;
     if from > known {
         return Err(StoreError::TooNew {
@@ -130,7 +130,7 @@ pub(super) fn migrate(store: &Store, from: i64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::RunId;
+    use crate::store::{RunId, Store};
 
     #[test]
     fn a_version_2_database_keeps_its_snapshots_after_migrating() {

@@ -30,7 +30,9 @@ mod detail;
 mod escalations;
 mod journal;
 mod migrations;
+mod pg;
 mod runs;
+mod sqlite;
 
 pub use detail::{
     AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts,
@@ -40,11 +42,13 @@ pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
 pub use runs::{Lease, NewRun, RunRow, RunStatus};
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+pub use pg::PgStore;
+pub use sqlite::SqliteStore;
+
+use crate::model::{Message, ModelResponse};
+use crate::trace::TraceEvent;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// A run's id: 12 lowercase hex digits. Commands accept any unique prefix.
@@ -109,6 +113,9 @@ pub enum StoreError {
     AlreadyResolved(i64),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A PostgreSQL error (the server's message; never the connection string).
+    #[error("database error: {0}")]
+    Postgres(String),
     #[error("stored data for run {run} is damaged: {message}")]
     Corrupt { run: String, message: String },
 }
@@ -118,7 +125,8 @@ impl StoreError {
     pub fn is_bad_input(&self) -> bool {
         match self {
             // Damage found by a query after open is still a problem with the file.
-            StoreError::Sqlite(e) => is_damage(e),
+            StoreError::Sqlite(e) => sqlite::is_damage(e),
+            StoreError::Postgres(_) => false,
             StoreError::LeaseLost(_) => false,
             _ => true,
         }
@@ -140,208 +148,163 @@ pub enum Durability {
     Process,
 }
 
-pub struct Store {
-    path: PathBuf,
-    conn: Mutex<Connection>,
-    /// The connection's current `synchronous` level (true: FULL). Read and changed
-    /// only while `conn` is locked; it saves a pragma when two writes in a row want
-    /// the same level.
-    sync_full: AtomicBool,
-    busy_timeout: Duration,
-    /// See [`runs::LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
-    lease_ttl_ms: i64,
+/// The store: SQLite (the embedded default) or PostgreSQL (issue 17), chosen by the
+/// `--db` value. Both backends keep the same contract (DESIGN §5): one transaction
+/// per step, the journal within the step, leases with fencing tokens, approvals bound
+/// to the call digest (checked above the store), secrets never stored.
+///
+/// **Why an enum, not a trait object.** The readers that stream (`each_message` and
+/// friends) are generic over the caller's error type and closure, which a `dyn` trait
+/// cannot carry; an enum keeps every call site exactly as it was (`store.commit_step(…)`
+/// on a `Store`), costs one match per call, and makes the set of backends closed and
+/// visible here. Each backend is a plain synchronous type with the same methods; the
+/// [`delegate!`] table below is the interface, and the compiler checks that both
+/// backends implement every entry with the same signature.
+pub enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+/// Whether a `--db` value names a PostgreSQL database rather than an SQLite file.
+pub fn is_postgres_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
 }
 
 impl Store {
-    /// Opens (creating when `create` is set) the database at `path` and migrates it.
-    /// A file that is not SQLite is reported and never written to.
-    pub fn open(path: &Path, create: bool) -> Result<Store> {
-        Store::open_in(path, create, None)
+    /// Opens (creating when `create` is set) the database `db` names and migrates it:
+    /// a `postgres://` or `postgresql://` URL selects PostgreSQL, anything else is an
+    /// SQLite file path. A file that is not SQLite is reported and never written to.
+    pub fn open(db: &Path, create: bool) -> Result<Store> {
+        match db.to_str().filter(|s| is_postgres_url(s)) {
+            Some(url) => Ok(Store::Postgres(PgStore::open(url)?)),
+            None => Ok(Store::Sqlite(SqliteStore::open(db, create)?)),
+        }
     }
 
     /// [`Store::open`] through a registered SQLite VFS instead of the default one:
     /// how tests put a counter under the file layer to count the fsyncs a step costs
     /// (`tests/it/syncs.rs`). Production code uses [`Store::open`].
     pub fn open_with_vfs(path: &Path, create: bool, vfs: &str) -> Result<Store> {
-        Store::open_in(path, create, Some(vfs))
+        Ok(Store::Sqlite(SqliteStore::open_with_vfs(
+            path, create, vfs,
+        )?))
     }
 
-    fn open_in(path: &Path, create: bool, vfs: Option<&str>) -> Result<Store> {
-        let open_err = |message: String| StoreError::Open {
-            path: path.to_path_buf(),
-            message,
-        };
-        if !create && !path.exists() {
-            return Err(open_err(
-                "no such file; `agentrun start` creates it, or pass --db / AGENTRUN_DB".into(),
-            ));
-        }
-        // A symlink (even a dangling one) could point the database anywhere: refused
-        // (issue 12 item 9).
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(open_err(
-                "is a symbolic link; agentrun does not follow it (point --db at the real file)"
-                    .into(),
-            ));
-        }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            use std::os::unix::fs::DirBuilderExt;
-            // Folders it creates are private: runs hold tool output and transcripts.
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| open_err(format!("cannot create folder {}: {e}", dir.display())))?;
-        }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = match vfs {
-            None => Connection::open_with_flags(path, flags),
-            Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
-        }
-        .map_err(|e| open_err(e.to_string()))?;
-        // An existing file loses group/other access too (one left 0666 by an older
-        // version or a copy); its owner bits are kept, so read-only stays read-only.
-        restrict_permissions(path);
-        let store = Store {
-            path: path.to_path_buf(),
-            conn: Mutex::new(conn),
-            sync_full: AtomicBool::new(true),
-            busy_timeout: BUSY_TIMEOUT,
-            lease_ttl_ms: runs::LEASE_TTL_MS,
-        };
-        store.configure()?;
-        Ok(store)
-    }
-
+    /// What to call the database in messages: the SQLite file, or the PostgreSQL URL
+    /// without its password.
     pub fn path(&self) -> &Path {
-        &self.path
+        match self {
+            Store::Sqlite(s) => s.path(),
+            Store::Postgres(s) => s.path(),
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        matches!(self, Store::Postgres(_))
     }
 
     /// Replaces the busy timeout ([`BUSY_TIMEOUT`]): how long a write waits for
     /// another process's lock before failing with [`StoreError::Locked`].
-    pub fn with_busy_timeout(mut self, timeout: Duration) -> Result<Store> {
-        self.lock()
-            .busy_timeout(timeout)
-            .map_err(|e| self.classify(e))?;
-        self.busy_timeout = timeout;
-        Ok(self)
+    pub fn with_busy_timeout(self, timeout: Duration) -> Result<Store> {
+        Ok(match self {
+            Store::Sqlite(s) => Store::Sqlite(s.with_busy_timeout(timeout)?),
+            Store::Postgres(s) => Store::Postgres(s.with_busy_timeout(timeout)?),
+        })
     }
 
     /// Replaces the lease TTL: a holder silent for longer loses the run to `acquire`.
-    pub fn with_lease_ttl(mut self, ttl: Duration) -> Store {
-        self.lease_ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        self
-    }
-
-    fn configure(&self) -> Result<()> {
-        let conn = self.lock();
-        let classify = |e: rusqlite::Error| match self.classify(e) {
-            StoreError::Sqlite(e) => StoreError::Open {
-                path: self.path.clone(),
-                message: e.to_string(),
-            },
-            e => e,
-        };
-        // Before the first read: several processes opening a fresh file at once race
-        // for the WAL switch, and a reader without a busy handler fails at once.
-        conn.busy_timeout(self.busy_timeout).map_err(classify)?;
-        // The first read of the header is where a non-SQLite (or truncated) file is
-        // detected, before anything (even the WAL switch) writes to it.
-        let version: i64 = conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .map_err(classify)?;
-        // SQLite silently falls back to read-only when the file cannot be written;
-        // say so now rather than fail on the first write with a vaguer message.
-        if conn.is_readonly("main").map_err(classify)? {
-            return Err(StoreError::ReadOnly {
-                path: self.path.clone(),
-            });
+    pub fn with_lease_ttl(self, ttl: Duration) -> Store {
+        match self {
+            Store::Sqlite(s) => Store::Sqlite(s.with_lease_ttl(ttl)),
+            Store::Postgres(s) => Store::Postgres(s.with_lease_ttl(ttl)),
         }
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(classify)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(classify)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(classify)?;
-        drop(conn);
-        migrations::migrate(self, version)
-    }
-
-    /// Names what is wrong with the file, when an SQLite error is about the file.
-    fn classify(&self, e: rusqlite::Error) -> StoreError {
-        use rusqlite::ErrorCode as C;
-        let path = self.path.clone();
-        let message = e.to_string();
-        match e.sqlite_error_code() {
-            Some(C::NotADatabase) => StoreError::NotADatabase { path, message },
-            Some(C::DatabaseCorrupt) => StoreError::Damaged { path, message },
-            Some(C::ReadOnly) => StoreError::ReadOnly { path },
-            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Locked {
-                path,
-                waited_ms: self.busy_timeout.as_millis(),
-            },
-            _ => StoreError::Sqlite(e),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // Poisoning means a panic elsewhere while holding the lock; SQLite rolled back
-        // whatever transaction was open, so the connection itself is still usable.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`, durable against a power cut.
-    fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
-        self.write_as(Durability::PowerCut, f)
-    }
-
-    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT` at the given durability.
-    fn write_as<T>(
-        &self,
-        durability: Durability,
-        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let mut conn = self.lock();
-        // SQLite refuses to change the level inside a transaction, so it is set here,
-        // before BEGIN, and only when it differs from the last write's.
-        let full = durability == Durability::PowerCut;
-        if self.sync_full.load(Ordering::Relaxed) != full {
-            let pragma = if full {
-                "PRAGMA synchronous = FULL"
-            } else {
-                "PRAGMA synchronous = NORMAL"
-            };
-            conn.prepare_cached(pragma)
-                .and_then(|mut s| s.execute([]))
-                .map_err(|e| self.classify(e))?;
-            self.sync_full.store(full, Ordering::Relaxed);
-        }
-        // BEGIN IMMEDIATE takes the write lock up front, so it is the one place a
-        // write waits for another process (and times out as `Locked`).
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.classify(e))?;
-        let value = f(&tx)?;
-        tx.commit().map_err(|e| self.classify(e))?;
-        Ok(value)
     }
 }
 
-fn is_damage(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
-    )
+/// The store's interface: each entry becomes a `Store` method that calls the
+/// backend's method of the same name and signature.
+macro_rules! delegate {
+    ($( $(#[$meta:meta])* fn $name:ident $(<$g:ident: $bound:path>)? (&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        impl Store {
+            $(
+                $(#[$meta])*
+                pub fn $name $(<$g: $bound>)? (&self $(, $arg: $ty)*) -> $ret {
+                    match self {
+                        Store::Sqlite(s) => s.$name($($arg),*),
+                        Store::Postgres(s) => s.$name($($arg),*),
+                    }
+                }
+            )*
+        }
+    };
 }
 
-fn restrict_permissions(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    // Transcripts can hold customer data: owner-only, like an ssh key. Best effort:
-    // a filesystem without Unix permissions is not a reason to refuse to run.
-    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o700);
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+delegate! {
+    /// Creates a run, already leased to this process, with its opening messages.
+    fn create_run(&self, new: &NewRun<'_>) -> Result<Lease>;
+    /// Takes the lease of a run for this process. Refused while another live holder
+    /// has it; a holder that died or went silent is replaced.
+    fn acquire(&self, id: &RunId) -> Result<Lease>;
+    /// Gives the run up (the process is about to exit).
+    fn release(&self, lease: &Lease) -> Result<()>;
+    /// Refreshes the lease's heartbeat; fails when another process took the run.
+    fn heartbeat(&self, lease: &Lease) -> Result<()>;
+    /// Sets a run's status outside a step commit (interrupted, failed, escalated).
+    fn set_status(&self, lease: &Lease, status: RunStatus, error: Option<&str>) -> Result<()>;
+    /// Raises (or lowers) a run's budgets, e.g. from `resume --max-steps`.
+    fn set_budgets(&self, lease: &Lease, max_steps: u32, max_tokens: u64) -> Result<()>;
+    fn run(&self, id: &RunId) -> Result<RunRow>;
+    /// The run's config snapshot JSON, as stored at start.
+    fn snapshot(&self, id: &RunId) -> Result<String>;
+    /// Resolves a full id or a unique prefix of one.
+    fn find_run(&self, prefix: &str) -> Result<RunId>;
+    /// Runs, newest first, optionally only those with `status`.
+    fn list_runs(&self, status: Option<RunStatus>) -> Result<Vec<RunRow>>;
+    /// The `limit` newest runs (all with `None`), optionally only those with `status`.
+    fn recent_runs(&self, status: Option<RunStatus>, limit: Option<u32>) -> Result<Vec<RunRow>>;
+    /// The database's plan for [`Store::recent_runs`], one line per step.
+    fn recent_runs_plan(&self) -> Result<Vec<String>>;
+    /// Journals a model response for `step` with its tool calls as pending rows.
+    fn record_model_turn(&self, lease: &Lease, step: u32, response: &ModelResponse, events: &[TraceEvent]) -> Result<()>;
+    /// The journaled model response for `step`, if the step was begun but not committed.
+    fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>>;
+    /// Marks a call as begun, durably (power-cut safe before it returns).
+    fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()>;
+    fn record_outcome(&self, lease: &Lease, step: u32, record: &CallRecord, events: &[TraceEvent]) -> Result<()>;
+    /// Commits a finished step in one transaction; returns the escalation it raised.
+    fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>>;
+    /// Appends messages between steps with the new loop state; marks the escalation applied.
+    fn apply_resolution(&self, lease: &Lease, escalation: i64, step: u32, messages: &[Message], state: &str, status: Option<(RunStatus, &str)>) -> Result<()>;
+    /// Appends trace events outside a step commit (e.g. while pausing).
+    fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()>;
+    /// The last committed step and loop state JSON.
+    fn checkpoint(&self, run: &RunId) -> Result<(u32, String)>;
+    fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>>;
+    /// Hands the run's messages to `f` one at a time, in order.
+    fn each_message<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredMessage) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
+    /// The tool-call journal of a run, in call order.
+    fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>>;
+    /// The journal rows of one step, which is all the loop needs on each step.
+    fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>>;
+    /// Hands the run's journal to `f` one call at a time, in call order.
+    fn each_journal_entry<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(JournalEntry) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
+    fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>>;
+    /// Hands the run's trace to `f` one event at a time, in order.
+    fn each_event<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredEvent) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
+    /// Queues an escalation; pausing the run and clearing a blocked call's start mark.
+    fn create_escalation(&self, lease: &Lease, new: &NewEscalation<'_>, pause_as: Option<RunStatus>, events: &[TraceEvent]) -> Result<EscalationId>;
+    fn escalation(&self, id: EscalationId) -> Result<EscalationRow>;
+    /// Open escalations (or all, newest first).
+    fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>>;
+    fn escalations_for_run(&self, run: &RunId) -> Result<Vec<EscalationRow>>;
+    /// Records a person's decision. Refused when already resolved.
+    fn resolve_escalation(&self, id: EscalationId, resolution: &Resolution, by: &str) -> Result<()>;
+    /// Marks a between-step escalation's decision as carried into the run.
+    fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()>;
+    /// Deletes one run and everything it owns. Returns false when no such run exists.
+    fn delete_run(&self, id: &RunId) -> Result<bool>;
+    /// Replaces a held run's config snapshot (`resume --model`).
+    fn replace_snapshot(&self, lease: &Lease, snapshot: &str) -> Result<()>;
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -1,7 +1,7 @@
 //! Run rows: creation, lookup, listing, status, and the lease that lets exactly one
 //! process drive a run at a time.
 
-use super::{Result, RunId, Store, StoreError, now_ms};
+use super::{Result, RunId, SqliteStore, StoreError, now_ms};
 use crate::model::Message;
 use rusqlite::{OptionalExtension, Row, params};
 use std::fmt;
@@ -97,10 +97,10 @@ const RUN_COLUMNS: &str = "id, task, task_path, status, max_steps, max_tokens, s
 
 /// A lease whose holder has not written for this long is considered abandoned even if
 /// a process with its pid exists (the pid may have been reused, or the holder hangs).
-/// The driver heartbeats far more often than this; see [`Store::with_lease_ttl`].
+/// The driver heartbeats far more often than this; see [`SqliteStore::with_lease_ttl`].
 pub const LEASE_TTL_MS: i64 = 60_000;
 
-impl Store {
+impl SqliteStore {
     /// Creates a run, already leased to this process, with its opening messages.
     pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
         let now = now_ms();
@@ -238,6 +238,20 @@ impl Store {
         .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))
     }
 
+    /// The `models` of the run's config snapshot (a JSON array), picked out by
+    /// SQLite's JSON functions: the snapshot holds the scripts too — megabytes on a
+    /// long scripted run — and `runs show` needs only this from it (issue 14).
+    pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
+        let conn = self.lock();
+        let models: Option<Option<String>> = conn
+            .prepare_cached(
+                "SELECT json_extract(snapshot, '$.models') FROM run_snapshots WHERE run_id = ?1",
+            )?
+            .query_row([&id.0], |r| r.get(0))
+            .optional()?;
+        Ok(models.flatten())
+    }
+
     /// Resolves a full id or a unique prefix of one.
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let conn = self.lock();
@@ -286,7 +300,7 @@ impl Store {
         Ok(out)
     }
 
-    /// SQLite's plan for [`Store::recent_runs`], one line per step: for tests that
+    /// SQLite's plan for [`SqliteStore::recent_runs`], one line per step: for tests that
     /// pin that it reads the index in order rather than sorting the table.
     pub fn recent_runs_plan(&self) -> Result<Vec<String>> {
         let conn = self.lock();
@@ -342,7 +356,7 @@ fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
 }
 
 /// Whether a process with this pid exists (on this machine).
-fn process_alive(pid: i64) -> bool {
+pub(super) fn process_alive(pid: i64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };

@@ -10,10 +10,10 @@
 //! exactly that call's result, which is `outcome_unknown`; the table below says which
 //! call that is and how many times each call's side effect happened.
 
-use crate::common::Project;
+use crate::common::{Db, Project};
 use crate::exactly_once::{
     check_effects, check_no_stored_turn_requested_again, check_one_result_per_call,
-    check_transcript, effect_counts, observed, project, run, turns_requested,
+    check_transcript, effect_counts, observed, project, project_on, run, turns_requested,
 };
 use serde_json::Value;
 
@@ -81,8 +81,8 @@ const CASES: &[Case] = &[
 /// The table pins the order a step reaches its points in, so this project runs a
 /// turn's calls one by one (`max_parallel_calls = 1`); crashes in the middle of calls
 /// running together are in `parallel.rs`.
-fn one_by_one(turns: &[&[&str]]) -> Project {
-    let p = project(turns);
+fn one_by_one(turns: &[&[&str]], db: &Db) -> Project {
+    let p = project_on(turns, db);
     p.write(
         "tools.toml",
         &format!(
@@ -102,8 +102,8 @@ fn start_crashing_at(p: &Project, spec: &str) -> crate::common::Run {
 }
 
 /// The uninterrupted run every crashed one is compared with.
-fn reference() -> Value {
-    let p = one_by_one(TURNS);
+fn reference(db: &Db) -> Value {
+    let p = one_by_one(TURNS, db);
     let v = run(&p, &["start", "task.md", "--json"], &[])
         .expect_code(0)
         .json();
@@ -117,9 +117,9 @@ fn reference() -> Value {
     p.show(v["run_id"].as_str().expect("run_id"))
 }
 
-fn crash_and_resume(want: &Value, c: &Case) {
+fn crash_and_resume(db: &Db, want: &Value, c: &Case) {
     let what = format!("{}:{}", c.point, c.nth);
-    let p = one_by_one(TURNS);
+    let p = one_by_one(TURNS, db);
     let crashed = start_crashing_at(&p, &what);
     assert_eq!(
         crashed.code, -1,
@@ -160,13 +160,18 @@ fn crash_and_resume(want: &Value, c: &Case) {
 
 #[test]
 fn a_crash_at_every_point_resumes_to_the_uninterrupted_run_with_no_effect_repeated() {
-    let want = reference();
+    every_crash_point(&Db::Sqlite);
+}
+
+/// The crash-point suite on a backend (`tests/it/pg.rs` runs it on PostgreSQL).
+pub fn every_crash_point(db: &Db) {
+    let want = reference(db);
     // Split over two threads: each case is three or four short processes.
     let (a, b) = CASES.split_at(CASES.len() / 2);
     std::thread::scope(|s| {
         let want = &want;
-        s.spawn(move || a.iter().for_each(|c| crash_and_resume(want, c)));
-        b.iter().for_each(|c| crash_and_resume(want, c));
+        s.spawn(move || a.iter().for_each(|c| crash_and_resume(db, want, c)));
+        b.iter().for_each(|c| crash_and_resume(db, want, c));
     });
 }
 
@@ -188,7 +193,7 @@ fn the_table_covers_every_hit_of_every_crash_point() {
             .collect();
         assert_eq!(nth, (1..=hits).collect::<Vec<_>>(), "{point}");
         // One hit past the table the run must finish without crashing.
-        let p = one_by_one(TURNS);
+        let p = one_by_one(TURNS, &Db::Sqlite);
         let r = start_crashing_at(&p, &format!("{point}:{}", hits + 1));
         assert_eq!(r.code, 0, "{point} is reached more than {hits} times\n{r}");
     }

@@ -5,7 +5,7 @@
 //! a foreign holder is simulated by writing pid 1 (always alive) into the lease, and
 //! an old heartbeat by writing its timestamp, so nothing waits on a clock.
 
-use crate::common::Project;
+use crate::common::{Db, Project};
 use agentrun::model::{Message, ModelResponse, Role, StopReason, Usage};
 use agentrun::store::{
     CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store, StoreError,
@@ -36,12 +36,22 @@ fn new_run(store: &Store) -> Lease {
 
 /// Makes the run look held by another live process whose last sign of life was
 /// `age_ms` ago.
-fn held_by_pid_1(db: &Path, run: &RunId, age_ms: i64) {
-    let conn = rusqlite::Connection::open(db).expect("open");
+fn held_by_pid_1(p: &Project, run: &RunId, age_ms: i64) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
+    if let Some(url) = &p.pg {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+        c.execute(
+            "UPDATE runs SET lease_pid = 1, lease_heartbeat = $2 WHERE id = $1",
+            &[&run.0, &(now - age_ms)],
+        )
+        .expect("update");
+        return;
+    }
+    let db: &Path = &p.db();
+    let conn = rusqlite::Connection::open(db).expect("open");
     conn.execute(
         "UPDATE runs SET lease_pid = 1, lease_heartbeat = ?2 WHERE id = ?1",
         rusqlite::params![run.0, now - age_ms],
@@ -64,7 +74,11 @@ fn response() -> ModelResponse {
 
 #[test]
 fn a_stale_holders_late_writes_are_rejected_after_a_takeover() {
-    let p = Project::new();
+    stale_holder_fenced(&Db::Sqlite);
+}
+
+pub fn stale_holder_fenced(db: &Db) {
+    let p = Project::on(db);
     let a = Store::open(&p.db(), true).unwrap();
     let stale = new_run(&a);
     let b = Store::open(&p.db(), false).unwrap();
@@ -125,10 +139,14 @@ fn a_stale_holders_late_writes_are_rejected_after_a_takeover() {
 
 #[test]
 fn a_live_holder_with_a_fresh_heartbeat_keeps_the_run() {
-    let p = Project::new();
+    live_holder_keeps(&Db::Sqlite);
+}
+
+pub fn live_holder_keeps(db: &Db) {
+    let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
     let lease = new_run(&store);
-    held_by_pid_1(&p.db(), &lease.run, 1_000);
+    held_by_pid_1(&p, &lease.run, 1_000);
     let err = store.acquire(&lease.run).unwrap_err();
     assert!(
         matches!(err, StoreError::LeaseHeld { pid: 1, .. }),
@@ -144,11 +162,15 @@ fn a_live_holder_with_a_fresh_heartbeat_keeps_the_run() {
 
 #[test]
 fn a_holder_silent_past_the_lease_ttl_loses_the_run_even_if_its_pid_lives() {
-    let p = Project::new();
+    silent_holder_loses(&Db::Sqlite);
+}
+
+pub fn silent_holder_loses(db: &Db) {
+    let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
     let lease = new_run(&store);
     // Silent for 61 s: past the default 60 s TTL.
-    held_by_pid_1(&p.db(), &lease.run, 61_000);
+    held_by_pid_1(&p, &lease.run, 61_000);
     let patient = Store::open(&p.db(), false)
         .unwrap()
         .with_lease_ttl(Duration::from_secs(3600));
@@ -167,13 +189,17 @@ fn a_holder_silent_past_the_lease_ttl_loses_the_run_even_if_its_pid_lives() {
 
 #[test]
 fn a_heartbeat_keeps_a_lease_alive() {
-    let p = Project::new();
+    heartbeat_keeps(&Db::Sqlite);
+}
+
+pub fn heartbeat_keeps(db: &Db) {
+    let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
     let lease = new_run(&store);
     let short = Store::open(&p.db(), false)
         .unwrap()
         .with_lease_ttl(Duration::from_secs(5));
-    held_by_pid_1(&p.db(), &lease.run, 10_000);
+    held_by_pid_1(&p, &lease.run, 10_000);
     // Expired for a 5 s TTL ... until the holder (still token `lease`) beats.
     store.heartbeat(&lease).unwrap();
     assert!(matches!(
@@ -184,7 +210,12 @@ fn a_heartbeat_keeps_a_lease_alive() {
 
 #[test]
 fn of_four_racing_resumes_exactly_one_proceeds() {
-    let (p, id) = crate::common::blocked_run();
+    four_racing_resumes(&crate::common::Db::Sqlite);
+}
+
+/// The racing-resumes test on a backend (`tests/it/pg.rs` runs it on PostgreSQL).
+pub fn four_racing_resumes(db: &crate::common::Db) {
+    let (p, id) = crate::common::blocked_run_on(db);
     p.write("hold", "");
     let children: Vec<_> = (0..4)
         .map(|_| {
@@ -239,7 +270,12 @@ fn of_four_racing_resumes_exactly_one_proceeds() {
 
 #[test]
 fn four_runs_in_parallel_on_one_database_all_complete() {
-    let shared = Project::new();
+    four_runs_in_parallel(&crate::common::Db::Sqlite);
+}
+
+/// Four processes sharing one database (`tests/it/pg.rs` runs it on PostgreSQL).
+pub fn four_runs_in_parallel(db: &crate::common::Db) {
+    let shared = Project::on(db);
     let db = shared.db();
     let projects: Vec<Project> = (0..4).map(|_| twenty_step_project()).collect();
     let began = std::time::Instant::now();

@@ -19,6 +19,7 @@ mod lease;
 mod mcp;
 mod models_e2e;
 mod parallel;
+mod pg;
 mod providers;
 mod providers_e2e;
 mod reading_runs;

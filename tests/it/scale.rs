@@ -65,3 +65,53 @@ fn recent_runs_are_the_newest_first_up_to_the_limit() {
             .is_empty()
     );
 }
+
+/// Human `runs show` is written a window of steps at a time (issue 14): across window
+/// and page boundaries, with failed calls and their trace, it is the same text as the
+/// whole run rendered at once (which `--follow` still prints first).
+#[test]
+fn human_runs_show_streams_the_same_text_as_the_whole_render() {
+    let p = Project::new();
+    p.script(
+        "flaky.sh",
+        "#!/bin/sh\nread args\ncase \"$args\" in *7}*) exit 70;; esac\necho \"$args\"\n",
+    );
+    p.write(
+        "tools.toml",
+        r#"
+[policy]
+disable_after = 1000
+breaker_threshold = 1000
+[tools.t]
+description = "t"
+input_schema = { type = "object" }
+command = ["sh", "flaky.sh"]
+idempotent = true
+"#,
+    );
+    let mut turns: Vec<serde_json::Value> = (0..150)
+        .map(|i| {
+            serde_json::json!({
+                "text": format!("turn {i}"),
+                "tool_calls": [{"name": "t", "args": {"i": i}}],
+                "usage": {"input": 10, "output": 2}
+            })
+        })
+        .collect();
+    turns.push(serde_json::json!({"text": "done", "usage": {"input": 10, "output": 2}}));
+    p.model_script(serde_json::Value::Array(turns));
+    p.task("max_steps = 200", "Work.");
+    let v = p.run(&["start", "task.md", "--json"]).expect_code(0).json();
+    let id = v["run_id"].as_str().expect("run_id");
+    let streamed = p.run(&["runs", "show", id]).expect_code(0).stdout.clone();
+    let whole = p
+        .run(&["runs", "show", id, "--follow"])
+        .expect_code(0)
+        .stdout
+        .clone();
+    assert!(streamed.contains("── step 151 ──"), "{streamed}");
+    assert_eq!(
+        format!("{streamed}run {id} completed after 151 steps\n"),
+        whole
+    );
+}

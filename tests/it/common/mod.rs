@@ -10,6 +10,48 @@ use std::process::{Command, Output, Stdio};
 
 pub struct Project {
     pub dir: tempfile::TempDir,
+    /// A PostgreSQL database (URL) instead of the project's SQLite file.
+    pub pg: Option<String>,
+}
+
+/// Which backend a durability test runs against (issue 17): the same test bodies run
+/// on SQLite always and on PostgreSQL when `AGENTRUN_TEST_PG` names a server.
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite,
+    /// The server's URL; each project gets a fresh schema of its own there.
+    Pg(String),
+}
+
+/// The PostgreSQL server for the tests, from `AGENTRUN_TEST_PG`.
+pub fn test_pg() -> Option<String> {
+    std::env::var("AGENTRUN_TEST_PG")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// A fresh, empty schema on the server `url`, as a URL whose connections use it: every
+/// project (and test) sees only its own runs, on one shared server.
+pub fn fresh_pg_schema(url: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!(
+        "t_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+        rand_suffix()
+    );
+    let mut c = postgres::Client::connect(url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("AGENTRUN_TEST_PG={url}: cannot connect: {e}"));
+    c.batch_execute(&format!("CREATE SCHEMA {name}"))
+        .expect("create schema");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{name}")
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() as u64)
 }
 
 /// The result of one `agentrun` invocation.
@@ -63,6 +105,18 @@ impl Project {
     pub fn new() -> Project {
         Project {
             dir: tempfile::tempdir().expect("tempdir"),
+            pg: None,
+        }
+    }
+
+    /// A project whose database is on `db`.
+    pub fn on(db: &Db) -> Project {
+        Project {
+            dir: tempfile::tempdir().expect("tempdir"),
+            pg: match db {
+                Db::Sqlite => None,
+                Db::Pg(url) => Some(fresh_pg_schema(url)),
+            },
         }
     }
 
@@ -70,8 +124,12 @@ impl Project {
         self.dir.path()
     }
 
+    /// The `--db` value: the SQLite file, or the PostgreSQL URL.
     pub fn db(&self) -> PathBuf {
-        self.path().join("runs.db")
+        match &self.pg {
+            Some(url) => PathBuf::from(url),
+            None => self.path().join("runs.db"),
+        }
     }
 
     /// Writes a file relative to the project, creating folders.
@@ -271,7 +329,12 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// A run whose holder was killed (by its own tool) in step 1. Resumed, the tool blocks
 /// while a `hold` file exists, so a test can keep a resumer busy for as long as it needs.
 pub fn blocked_run() -> (Project, String) {
-    let p = Project::new();
+    blocked_run_on(&Db::Sqlite)
+}
+
+/// [`blocked_run`] on a chosen backend.
+pub fn blocked_run_on(db: &Db) -> (Project, String) {
+    let p = Project::on(db);
     p.script(
         "slow.sh",
         "#!/bin/sh\ncat > /dev/null\nif [ -f die ]; then rm -f die; kill -9 \"$PPID\"; exit 0; fi\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",

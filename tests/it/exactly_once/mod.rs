@@ -47,7 +47,12 @@ printf '{"done": "%s"}\n' "${AGENTRUN_CALL_ID##*:}"
 /// A project whose script makes, per turn, one call to each tool named, then answers.
 /// Call ids are the script's defaults: `call_{turn}_{index}`.
 pub fn project(turns: &[&[&str]]) -> Project {
-    let p = Project::new();
+    project_on(turns, &crate::common::Db::Sqlite)
+}
+
+/// [`project`] with its database on `db`.
+pub fn project_on(turns: &[&[&str]], db: &crate::common::Db) -> Project {
+    let p = Project::on(db);
     p.script("effect.sh", EFFECT_TOOL);
     p.write("tools.toml", TOOLS);
     let mut script: Vec<Value> = turns

@@ -1,0 +1,217 @@
+//! The SQLite backend: one file (WAL) per installation. See the module doc of `store`
+//! for the durability rules; everything here is exactly what the store was before the
+//! PostgreSQL backend existed (issue 17), only renamed.
+
+use super::{BUSY_TIMEOUT, Durability, Result, StoreError, migrations, runs};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+pub struct SqliteStore {
+    pub(super) path: PathBuf,
+    pub(super) conn: Mutex<Connection>,
+    /// The connection's current `synchronous` level (true: FULL). Read and changed
+    /// only while `conn` is locked; it saves a pragma when two writes in a row want
+    /// the same level.
+    pub(super) sync_full: AtomicBool,
+    pub(super) busy_timeout: Duration,
+    /// See [`runs::LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
+    pub(super) lease_ttl_ms: i64,
+}
+
+impl SqliteStore {
+    /// Opens (creating when `create` is set) the database at `path` and migrates it.
+    /// A file that is not SQLite is reported and never written to.
+    pub fn open(path: &Path, create: bool) -> Result<SqliteStore> {
+        SqliteStore::open_in(path, create, None)
+    }
+
+    /// [`SqliteStore::open`] through a registered SQLite VFS instead of the default one:
+    /// how tests put a counter under the file layer to count the fsyncs a step costs
+    /// (`tests/it/syncs.rs`). Production code uses [`SqliteStore::open`].
+    pub fn open_with_vfs(path: &Path, create: bool, vfs: &str) -> Result<SqliteStore> {
+        SqliteStore::open_in(path, create, Some(vfs))
+    }
+
+    fn open_in(path: &Path, create: bool, vfs: Option<&str>) -> Result<SqliteStore> {
+        let open_err = |message: String| StoreError::Open {
+            path: path.to_path_buf(),
+            message,
+        };
+        if !create && !path.exists() {
+            return Err(open_err(
+                "no such file; `agentrun start` creates it, or pass --db / AGENTRUN_DB".into(),
+            ));
+        }
+        // A symlink (even a dangling one) could point the database anywhere: refused
+        // (issue 12 item 9).
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(open_err(
+                "is a symbolic link; agentrun does not follow it (point --db at the real file)"
+                    .into(),
+            ));
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            use std::os::unix::fs::DirBuilderExt;
+            // Folders it creates are private: runs hold tool output and transcripts.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| open_err(format!("cannot create folder {}: {e}", dir.display())))?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = match vfs {
+            None => Connection::open_with_flags(path, flags),
+            Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+        }
+        .map_err(|e| open_err(e.to_string()))?;
+        // An existing file loses group/other access too (one left 0666 by an older
+        // version or a copy); its owner bits are kept, so read-only stays read-only.
+        restrict_permissions(path);
+        let store = SqliteStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+            sync_full: AtomicBool::new(true),
+            busy_timeout: BUSY_TIMEOUT,
+            lease_ttl_ms: runs::LEASE_TTL_MS,
+        };
+        store.configure()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the busy timeout ([`BUSY_TIMEOUT`]): how long a write waits for
+    /// another process's lock before failing with [`StoreError::Locked`].
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Result<SqliteStore> {
+        self.lock()
+            .busy_timeout(timeout)
+            .map_err(|e| self.classify(e))?;
+        self.busy_timeout = timeout;
+        Ok(self)
+    }
+
+    /// Replaces the lease TTL: a holder silent for longer loses the run to `acquire`.
+    pub fn with_lease_ttl(mut self, ttl: Duration) -> SqliteStore {
+        self.lease_ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self
+    }
+
+    fn configure(&self) -> Result<()> {
+        let conn = self.lock();
+        let classify = |e: rusqlite::Error| match self.classify(e) {
+            StoreError::Sqlite(e) => StoreError::Open {
+                path: self.path.clone(),
+                message: e.to_string(),
+            },
+            e => e,
+        };
+        // Before the first read: several processes opening a fresh file at once race
+        // for the WAL switch, and a reader without a busy handler fails at once.
+        conn.busy_timeout(self.busy_timeout).map_err(classify)?;
+        // The first read of the header is where a non-SQLite (or truncated) file is
+        // detected, before anything (even the WAL switch) writes to it.
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(classify)?;
+        // SQLite silently falls back to read-only when the file cannot be written;
+        // say so now rather than fail on the first write with a vaguer message.
+        if conn.is_readonly("main").map_err(classify)? {
+            return Err(StoreError::ReadOnly {
+                path: self.path.clone(),
+            });
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(classify)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(classify)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(classify)?;
+        drop(conn);
+        migrations::migrate(self, version)
+    }
+
+    /// Names what is wrong with the file, when an SQLite error is about the file.
+    pub(super) fn classify(&self, e: rusqlite::Error) -> StoreError {
+        use rusqlite::ErrorCode as C;
+        let path = self.path.clone();
+        let message = e.to_string();
+        match e.sqlite_error_code() {
+            Some(C::NotADatabase) => StoreError::NotADatabase { path, message },
+            Some(C::DatabaseCorrupt) => StoreError::Damaged { path, message },
+            Some(C::ReadOnly) => StoreError::ReadOnly { path },
+            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Locked {
+                path,
+                waited_ms: self.busy_timeout.as_millis(),
+            },
+            _ => StoreError::Sqlite(e),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+        // Poisoning means a panic elsewhere while holding the lock; SQLite rolled back
+        // whatever transaction was open, so the connection itself is still usable.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`, durable against a power cut.
+    pub(super) fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.write_as(Durability::PowerCut, f)
+    }
+
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT` at the given durability.
+    pub(super) fn write_as<T>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut conn = self.lock();
+        // SQLite refuses to change the level inside a transaction, so it is set here,
+        // before BEGIN, and only when it differs from the last write's.
+        let full = durability == Durability::PowerCut;
+        if self.sync_full.load(Ordering::Relaxed) != full {
+            let pragma = if full {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            conn.prepare_cached(pragma)
+                .and_then(|mut s| s.execute([]))
+                .map_err(|e| self.classify(e))?;
+            self.sync_full.store(full, Ordering::Relaxed);
+        }
+        // BEGIN IMMEDIATE takes the write lock up front, so it is the one place a
+        // write waits for another process (and times out as `Locked`).
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.classify(e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| self.classify(e))?;
+        Ok(value)
+    }
+}
+
+pub(super) fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}
+
+fn restrict_permissions(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    // Transcripts can hold customer data: owner-only, like an ssh key. Best effort:
+    // a filesystem without Unix permissions is not a reason to refuse to run.
+    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o700);
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+}

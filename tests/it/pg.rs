@@ -1,0 +1,59 @@
+//! The durability suite on a real PostgreSQL (issue 17): the same test bodies as the
+//! SQLite ones — every crash point resumed, racing resumes, a stale holder fenced
+//! after a takeover, lease expiry and heartbeats, parallel runs on one database —
+//! run against the server `AGENTRUN_TEST_PG` names, each project in a fresh schema.
+//!
+//! Without `AGENTRUN_TEST_PG` the suite prints one line saying how to enable it (the
+//! README gives the two commands) and passes; `.ci/run` starts a throwaway cluster and
+//! sets it, so CI always runs it.
+
+use crate::common::{Db, test_pg};
+
+/// The backend for this module's tests, or `None` after saying (once, past the test
+/// harness's capture) how to enable them.
+pub fn pg_or_say() -> Option<Db> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    match test_pg() {
+        Some(url) => Some(Db::Pg(url)),
+        None => {
+            SAID.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "PostgreSQL tests skipped: set AGENTRUN_TEST_PG to a server URL (`eval \"$(.ci/pg start)\"` starts a throwaway one)"
+                );
+            });
+            None
+        }
+    }
+}
+
+type Suite = fn(&Db);
+
+#[test]
+fn the_durability_suite_passes_on_postgresql() {
+    let Some(db) = pg_or_say() else {
+        return;
+    };
+    std::thread::scope(|s| {
+        let db = &db;
+        let suites: [(&str, Suite); 7] = [
+            ("crash points", crate::crash::every_crash_point),
+            ("racing resumes", crate::lease::four_racing_resumes),
+            ("parallel runs", crate::lease::four_runs_in_parallel),
+            ("stale holder fenced", crate::lease::stale_holder_fenced),
+            ("live holder keeps", crate::lease::live_holder_keeps),
+            ("silent holder loses", crate::lease::silent_holder_loses),
+            ("heartbeat keeps", crate::lease::heartbeat_keeps),
+        ];
+        let handles: Vec<_> = suites
+            .into_iter()
+            .map(|(name, f)| (name, s.spawn(move || f(db))))
+            .collect();
+        let failed: Vec<&str> = handles
+            .into_iter()
+            .filter_map(|(name, h)| h.join().is_err().then_some(name))
+            .collect();
+        assert!(failed.is_empty(), "failed on PostgreSQL: {failed:?}");
+    });
+}
