@@ -256,6 +256,8 @@ delegate! {
     fn run(&self, id: &RunId) -> Result<RunRow>;
     /// The run's config snapshot JSON, as stored at start.
     fn snapshot(&self, id: &RunId) -> Result<String>;
+    /// The `models` of the run's config snapshot (a JSON array), without the rest.
+    fn snapshot_models(&self, id: &RunId) -> Result<Option<String>>;
     /// Resolves a full id or a unique prefix of one.
     fn find_run(&self, prefix: &str) -> Result<RunId>;
     /// Runs, newest first, optionally only those with `status`.
@@ -282,6 +284,12 @@ delegate! {
     fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>>;
     /// Hands the run's messages to `f` one at a time, in order.
     fn each_message<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredMessage) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
+    /// A page of the transcript: up to `limit` messages after seq `after`, in order.
+    fn messages_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<StoredMessage>>;
+    /// A page of the trace: up to `limit` events after event id `after`, with their ids.
+    fn events_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<(i64, StoredEvent)>>;
+    /// The journal rows of steps `first..=last`, in call order.
+    fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>>;
     /// The tool-call journal of a run, in call order.
     fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>>;
     /// The journal rows of one step, which is all the loop needs on each step.
