@@ -256,8 +256,7 @@ delegate! {
     fn run(&self, id: &RunId) -> Result<RunRow>;
     /// The run's config snapshot JSON, as stored at start.
     fn snapshot(&self, id: &RunId) -> Result<String>;
-    /// The `models` of the run's config snapshot (a JSON array), without parsing the
-    /// whole snapshot where the backend can (issue 14: `runs show`'s first byte).
+    /// The `models` of the run's config snapshot (a JSON array), without the rest.
     fn snapshot_models(&self, id: &RunId) -> Result<Option<String>>;
     /// Resolves a full id or a unique prefix of one.
     fn find_run(&self, prefix: &str) -> Result<RunId>;
@@ -285,19 +284,19 @@ delegate! {
     fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>>;
     /// Hands the run's messages to `f` one at a time, in order.
     fn each_message<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredMessage) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
-    /// The tool-call journal of a run, in call order.
-    fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>>;
-    /// The journal rows of one step, which is all the loop needs on each step.
-    fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>>;
-    /// The journal rows of steps `first..=last`, in call order.
-    fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>>;
     /// A page of the transcript: up to `limit` messages after seq `after`, in order.
     fn messages_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<StoredMessage>>;
     /// The opening (step 0) and the messages of steps `from` on, in order, without
     /// reading the steps between (a resume that keeps only its last steps).
     fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>>;
-    /// A page of the trace: up to `limit` events after event id `after`, with ids.
+    /// A page of the trace: up to `limit` events after event id `after`, with their ids.
     fn events_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<(i64, StoredEvent)>>;
+    /// The journal rows of steps `first..=last`, in call order.
+    fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>>;
+    /// The tool-call journal of a run, in call order.
+    fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>>;
+    /// The journal rows of one step, which is all the loop needs on each step.
+    fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>>;
     /// Hands the run's journal to `f` one call at a time, in call order.
     fn each_journal_entry<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(JournalEntry) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
     fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>>;

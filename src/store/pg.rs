@@ -590,13 +590,15 @@ impl PgStore {
         })
     }
 
-    /// The snapshot's `models` (the snapshot is parsed here: PostgreSQL runs are not
-    /// the ones with megabytes of scripts in it).
     pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
-        let snapshot = self.snapshot(id)?;
-        Ok(serde_json::from_str::<Value>(&snapshot)
-            .ok()
-            .and_then(|v| v.get("models").map(Value::to_string)))
+        let id = id.clone();
+        let row = self.read(move |r| {
+            r.opt(
+                "SELECT (snapshot::jsonb -> 'models')::text FROM run_snapshots WHERE run_id = $1",
+                &[&id.0],
+            )
+        })?;
+        Ok(row.and_then(|r| r.get(0)))
     }
 
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
@@ -880,14 +882,6 @@ impl PgStore {
         Ok(())
     }
 
-    pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
-        self.journal_rows(run, 0, i64::MAX)
-    }
-
-    pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
-        self.journal_rows(run, i64::from(first), i64::from(last))
-    }
-
     pub fn messages_after(
         &self,
         run: &RunId,
@@ -895,15 +889,33 @@ impl PgStore {
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
         let id = run.clone();
-        let limit = i64::from(limit);
         let rows = self.read(move |r| {
             r.query(
                 "SELECT seq, step, role, content FROM messages
                  WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                &[&id.0, &after, &limit],
+                &[&id.0, &after, &i64::from(limit)],
             )
         })?;
         rows.iter().map(|row| message_row(run, row)).collect()
+    }
+
+    pub fn events_after(
+        &self,
+        run: &RunId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, StoredEvent)>> {
+        let id = run.clone();
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT step, at, data, id FROM events
+                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                &[&id.0, &after, &i64::from(limit)],
+            )
+        })?;
+        rows.iter()
+            .map(|row| Ok((row.get(3), event_row(run, row)?)))
+            .collect()
     }
 
     pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
@@ -919,33 +931,12 @@ impl PgStore {
         rows.iter().map(|row| message_row(run, row)).collect()
     }
 
-    pub fn events_after(
-        &self,
-        run: &RunId,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<(i64, StoredEvent)>> {
-        let id = run.clone();
-        let limit = i64::from(limit);
-        let rows = self.read(move |r| {
-            r.query(
-                "SELECT step, at, data, id FROM events
-                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-                &[&id.0, &after, &limit],
-            )
-        })?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.get(3),
-                    StoredEvent {
-                        step: row.get::<_, i64>(0) as u32,
-                        at: row.get(1),
-                        event: serde_json::from_str(row.get(2)).map_err(|e| corrupt(run, e))?,
-                    },
-                ))
-            })
-            .collect()
+    pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, i64::from(first), i64::from(last))
+    }
+
+    pub fn journal(&self, run: &RunId) -> Result<Vec<JournalEntry>> {
+        self.journal_rows(run, 0, i64::MAX)
     }
 
     pub fn journal_for_step(&self, run: &RunId, step: u32) -> Result<Vec<JournalEntry>> {
@@ -983,15 +974,7 @@ impl PgStore {
                 &[&id.0],
             )
         })?;
-        rows.iter()
-            .map(|row| {
-                Ok(StoredEvent {
-                    step: row.get::<_, i64>(0) as u32,
-                    at: row.get(1),
-                    event: serde_json::from_str(row.get(2)).map_err(|e| corrupt(run, e))?,
-                })
-            })
-            .collect()
+        rows.iter().map(|row| event_row(run, row)).collect()
     }
 
     pub fn each_event<E: From<StoreError>>(
@@ -1380,6 +1363,14 @@ fn escalation_row(r: &Row) -> Result<EscalationRow> {
         resolved_by: r.get(9),
         resolution,
         applied: r.get(11),
+    })
+}
+
+fn event_row(run: &RunId, row: &Row) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        step: row.get::<_, i64>(0) as u32,
+        at: row.get(1),
+        event: serde_json::from_str(row.get(2)).map_err(|e| corrupt(run, e))?,
     })
 }
 
