@@ -230,6 +230,7 @@ impl Machine<'_> {
     fn commit(&mut self, c: Commit) -> Effect {
         self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
+        self.window_context();
         Effect::Commit(Box::new(c))
     }
 }
