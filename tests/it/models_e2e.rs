@@ -300,8 +300,14 @@ fn each_model_retry_is_traced_at_the_time_it_happened() {
 #[test]
 fn the_provider_timeout_is_set_in_the_front_matter_or_on_the_command_line() {
     for (front, flags) in [
-        ("stream = false\nmodel_attempts = 1\ntimeout = \"300ms\"", &[][..]),
-        ("stream = false\nmodel_attempts = 1", &["--timeout", "300ms"][..]),
+        (
+            "stream = false\nmodel_attempts = 1\ntimeout = \"300ms\"",
+            &[][..],
+        ),
+        (
+            "stream = false\nmodel_attempts = 1",
+            &["--timeout", "300ms"][..],
+        ),
     ] {
         let s = Server::new(front);
         s.answer(
