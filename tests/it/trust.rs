@@ -127,6 +127,16 @@ fn a_non_idempotent_timeout_with_tell_model_gives_the_model_outcome_unknown() {
     );
     assert_eq!(journal(&show, "call_0_0")["status"], "unknown");
     assert_eq!(events(&show, "note")[0]["kind"], "outcome_unknown");
+    // The human view says what happened and why it was not retried.
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    let human = p.run(&["runs", "show", &id]).expect_code(0).stdout.clone();
+    assert!(
+        human.contains(
+            "charge exceeded 300ms (timeout); charge is not idempotent, so it was not \
+             retried: it is unknown whether it took effect"
+        ),
+        "{human}"
+    );
 }
 
 #[test]
@@ -748,6 +758,23 @@ fn arguments_nested_127_deep_are_refused_and_the_run_stays_readable() {
     let id = p.only_run();
     p.run(&["runs", "show", &id]).expect_code(0);
     p.run(&["runs", "show", &id, "--json"]).expect_code(0);
+}
+
+#[test]
+fn a_tool_result_nested_127_deep_is_a_tool_bug_and_the_run_stays_readable() {
+    let p = Project::new();
+    let deep = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+    p.fast_tools(&logging_tool(&p, "deep", &format!("echo '{deep}'")));
+    p.model_script(json!([calls("deep", 1), {"text": "done"}]));
+    p.task("", "Go deep.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(is_error);
+    assert_eq!(content["error"], "tool_bug", "{content}");
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    p.run(&["runs", "show", &id]).expect_code(0);
+    p.run(&["resume", &id, "--json"]).expect_code(0);
 }
 
 #[test]
