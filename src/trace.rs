@@ -73,6 +73,8 @@ pub enum NoteKind {
     McpServerRestarted,
     /// A model response was cut off at its output limit and asked again once.
     Truncated,
+    /// The context was compacted to fit the model's window (issue 15).
+    Compacted,
 }
 
 impl NoteKind {
@@ -82,6 +84,7 @@ impl NoteKind {
             NoteKind::FallbackSkipped => "fallback_skipped",
             NoteKind::McpServerRestarted => "mcp_server_restarted",
             NoteKind::Truncated => "truncated",
+            NoteKind::Compacted => "compacted",
         }
     }
 

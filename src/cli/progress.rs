@@ -265,6 +265,14 @@ fn notice_line(n: &Notice) -> String {
             "agentrun: every tool was withdrawn; asking for an answer without tools".into()
         }
         Notice::Failed { reason } => format!("agentrun: {reason}"),
+        Notice::Compacted {
+            step,
+            before,
+            after,
+        } => format!(
+            "agentrun: step {step}: context compacted to fit the model's window \
+             (about {before} → {after} tokens)"
+        ),
     }
 }
 

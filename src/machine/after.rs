@@ -117,7 +117,7 @@ impl Machine<'_> {
     /// A tool bug is a report for the tool's owner; the run goes on.
     fn report_tool_bug(&self, call: &ToolCall, message: &str) -> Effect {
         let (summary, detail) = Raise {
-            messages: &self.messages,
+            messages: self.context.messages(),
             problem: format!("{} failed with a tool bug: {message}", call.name),
             facts: Facts::ToolBug(CallFacts {
                 call_id: call.id.as_str().into(),
@@ -174,7 +174,7 @@ impl Machine<'_> {
                 )),
                 _ => {}
             }
-            self.messages.extend(notes.iter().cloned());
+            self.context.extend(self.state.steps, &notes);
             self.state = state.clone();
             out.push(Effect::ApplyResolution {
                 escalation: e.id,

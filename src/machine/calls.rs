@@ -305,7 +305,7 @@ impl Machine<'_> {
         out: &mut Vec<Effect>,
     ) -> Next {
         let (summary, detail) = Raise {
-            messages: &self.messages,
+            messages: self.context.messages(),
             problem,
             facts,
         }

@@ -107,12 +107,24 @@ pub enum Effect {
 }
 
 /// A model request: the system text (with the budget line) and the tools offered; the
-/// messages are the machine's transcript after the system prompt.
+/// messages are the machine's context after the system prompt — or, for a compaction,
+/// the summary request's own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ask {
     pub step: u32,
     pub system: String,
     pub tools: Vec<ToolSpec>,
+    /// A compaction (issue 15): the model summarises instead of taking a step.
+    pub summary: Option<SummaryAsk>,
+    /// Assistant turns of the transcript that are not in the context (compacted).
+    pub turns_left_out: u32,
+}
+
+/// What a compaction request sends instead of the context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryAsk {
+    pub messages: Vec<Message>,
+    pub max_output_tokens: u32,
 }
 
 /// A call for the recovery chain.
@@ -198,4 +210,6 @@ pub enum Notice {
     Degraded,
     /// The run ended as failed (model failure, truncated answer).
     Failed { reason: String },
+    /// The context was compacted (issue 15): estimated tokens before and after.
+    Compacted { step: u32, before: u64, after: u64 },
 }

@@ -25,6 +25,8 @@
 pub mod after;
 mod batch;
 mod calls;
+mod compact;
+pub mod context;
 pub mod effects;
 pub mod escalate;
 pub mod guards;
@@ -42,6 +44,7 @@ use crate::config::{ToolDef, ToolsConfig};
 use crate::model::{Message, ToolSpec};
 use crate::prompts::Prompts;
 use crate::store::{CallRecord, EscalationRow, JournalEntry};
+use context::{Context, Window};
 use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
 
@@ -54,13 +57,19 @@ pub struct Rules<'a> {
     pub tool_subset: Option<&'a [String]>,
     pub max_steps: u32,
     pub max_tokens: u64,
+    /// The model's context window; `None`: unknown, never compacted (issue 15).
+    pub window: Option<Window>,
 }
 
 pub struct Machine<'a> {
     rules: Rules<'a>,
     /// As of the last commit.
     state: LoopState,
-    messages: Vec<Message>,
+    /// What the next request needs ([`context`]): the whole transcript, or after a
+    /// compaction the opening, the summary and the turns since.
+    context: Context,
+    /// A compaction asked for and not yet committed ([`compact`]).
+    compacting: Option<compact::Pending>,
     /// The step in progress, between its model response and its commit.
     step: Option<Step>,
 }
@@ -94,12 +103,14 @@ struct Step {
 }
 
 impl<'a> Machine<'a> {
-    /// A machine at a checkpoint: its loop state and transcript (system prompt first).
-    pub fn new(rules: Rules<'a>, state: LoopState, messages: Vec<Message>) -> Machine<'a> {
+    /// A machine at a checkpoint: its loop state and context (system prompt first;
+    /// [`Context::from_stored`] builds it from the store).
+    pub fn new(rules: Rules<'a>, state: LoopState, context: Context) -> Machine<'a> {
         Machine {
             rules,
             state,
-            messages,
+            context,
+            compacting: None,
             step: None,
         }
     }
@@ -115,10 +126,25 @@ impl<'a> Machine<'a> {
             }
             Event::StepLoaded {
                 turn: Some(response),
+                ..
+            } if self.compacting.is_some() => self.finish_compaction(response),
+            Event::StepLoaded { turn: None, .. } if self.compacting.is_some() => {
+                vec![Effect::AskModel(self.ask_summary())]
+            }
+            Event::StepLoaded {
+                turn: Some(response),
                 journal,
                 escalations,
             } => self.reply(response, journal, &escalations),
             Event::StepLoaded { turn: None, .. } => vec![Effect::AskModel(self.ask())],
+            Event::ModelReplied(response) if self.compacting.is_some() => {
+                let mut out = vec![Effect::RecordModelTurn {
+                    step: self.state.steps + 1,
+                    response: response.clone(),
+                }];
+                out.extend(self.finish_compaction(response));
+                out
+            }
             Event::ModelReplied(response) => {
                 let mut out = vec![Effect::RecordModelTurn {
                     step: self.state.steps + 1,
@@ -142,9 +168,10 @@ impl<'a> Machine<'a> {
         self.step.as_ref().map_or(&self.state, |s| &s.next)
     }
 
-    /// The transcript as of the last commit (system prompt first).
+    /// The context the next request needs, as of the last commit (system prompt
+    /// first): the transcript, or after a compaction its compacted form.
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        self.context.messages()
     }
 
     pub fn rules(&self) -> Rules<'a> {
@@ -170,6 +197,7 @@ impl<'a> Machine<'a> {
                 }),
             ];
         }
+        self.compact_if_needed();
         vec![Effect::LoadStep {
             step: self.state.steps + 1,
         }]
@@ -179,7 +207,7 @@ impl<'a> Machine<'a> {
         let r = self.rules;
         let system = format!(
             "{}\n\n{}",
-            self.messages
+            self.messages()
                 .first()
                 .map(Message::joined_text)
                 .unwrap_or_default(),
@@ -189,6 +217,8 @@ impl<'a> Machine<'a> {
             step: self.state.steps + 1,
             system,
             tools: self.offered_tools(&self.state),
+            summary: None,
+            turns_left_out: self.turns_left_out(),
         }
     }
 
@@ -234,7 +264,7 @@ impl<'a> Machine<'a> {
 
     /// The last thing the model said, the run's answer so far.
     pub fn answer(&self) -> Option<String> {
-        self.messages
+        self.messages()
             .iter()
             .rev()
             .find(|m| m.role == crate::model::Role::Assistant && !m.joined_text().is_empty())

@@ -27,6 +27,7 @@ impl Machine<'_> {
         next.steps = number;
         next.input_tokens += response.usage.input;
         next.output_tokens += response.usage.output;
+        next.last_input = response.usage.input;
         let assistant = response.message;
         let calls = assistant.tool_calls();
         if response.stop == ModelStop::MaxTokens {
@@ -146,7 +147,7 @@ impl Machine<'_> {
             let text = self.rules.prompts.degraded.trim();
             step.notes.push(Message::text(Role::System, text));
             out.push(Effect::Notice(Notice::Degraded));
-            let mut transcript = self.messages.clone();
+            let mut transcript = self.context.messages().to_vec();
             transcript.extend(step.new_messages.iter().cloned());
             out.push(report_all_tools_failed(
                 &transcript,
@@ -164,7 +165,7 @@ impl Machine<'_> {
             out.extend(self.begin_step());
             return out;
         };
-        let mut transcript = self.messages.clone();
+        let mut transcript = self.context.messages().to_vec();
         transcript.extend(step.new_messages.iter().cloned());
         let (summary, detail) = Raise {
             messages: &transcript,
@@ -227,7 +228,7 @@ impl Machine<'_> {
     /// The commit effect; the machine moves on as of it (a commit that fails ends the
     /// run in the driver).
     fn commit(&mut self, c: Commit) -> Effect {
-        self.messages.extend(c.messages.iter().cloned());
+        self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
         Effect::Commit(Box::new(c))
     }

@@ -26,6 +26,35 @@ pub struct LoopState {
     pub nudged: bool,
     /// The model has been asked for a degraded (tool-less) answer.
     pub degraded: bool,
+    /// Input tokens the provider reported for the last request (0: unknown, or the
+    /// context changed since): the base of the next request's size estimate.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub last_input: u64,
+    /// Tool results of steps before this one are shortened in the context (issue 15).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub shortened_before: u32,
+    /// The last compaction, when earlier turns were summarised (issue 15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<super::context::Compaction>,
+    /// Money spent on model calls, in USD, from the price table (issue 15).
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub cost_usd: f64,
+    /// Wall-clock time the run has been driven, in ms, summed over the processes that
+    /// drove it, as of this commit (time paused for a person is not in it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub active_ms: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl LoopState {

@@ -59,12 +59,13 @@ impl H {
             tool_subset: self.subset.as_deref(),
             max_steps: 5,
             max_tokens: 10_000,
+            window: None,
         };
         let messages = vec![
             Message::text(Role::System, "sys"),
             Message::text(Role::User, "Refund order 1."),
         ];
-        Machine::new(rules, state, messages)
+        Machine::new(rules, state, super::context::Context::opening(messages))
     }
 }
 

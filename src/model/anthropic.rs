@@ -553,6 +553,8 @@ mod tests {
             tools,
             max_output_tokens: 512,
             live: None,
+            purpose: crate::model::Purpose::Step,
+            turns_left_out: 0,
         }
     }
 

@@ -622,6 +622,8 @@ mod tests {
             tools,
             max_output_tokens: 256,
             live: None,
+            purpose: crate::model::Purpose::Step,
+            turns_left_out: 0,
         }
     }
 

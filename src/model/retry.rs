@@ -301,6 +301,8 @@ mod tests {
             tools: &[],
             max_output_tokens: 64,
             live: None,
+            purpose: crate::model::Purpose::Step,
+            turns_left_out: 0,
         }
     }
 

@@ -116,11 +116,16 @@ impl ScriptModel {
     }
 
     pub fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        if req.purpose == super::Purpose::Summary {
+            return Ok(self.summary(req));
+        }
+        // Turns compacted away are not in the request, but they were taken (issue 15).
         let index = req
             .messages
             .iter()
             .filter(|m| m.role == Role::Assistant)
-            .count();
+            .count()
+            + req.turns_left_out as usize;
         // Lets the durability tests check that a stored turn is never asked for again.
         crate::fault::observe(|| format!("turn {index}"));
         // Every run a script drives checks the transcript invariant on every request.
@@ -153,6 +158,39 @@ impl ScriptModel {
             }
         }
         Ok(self.response(index, turn))
+    }
+
+    /// A compaction's summary, written mechanically so it is deterministic: every
+    /// distinct `FACT:word` in the request, in order (scripts mark what must survive a
+    /// compaction that way). Usage is bytes/4 of the request and of the summary.
+    fn summary(&self, req: &ModelRequest<'_>) -> ModelResponse {
+        crate::fault::observe(|| "summary".to_string());
+        let mut facts: Vec<String> = Vec::new();
+        let mut bytes = req.system.len();
+        for m in req.messages {
+            let text = m.joined_text();
+            bytes += text.len();
+            for (i, _) in text.match_indices("FACT:") {
+                let fact: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || "FACT:=_-.".contains(*c))
+                    .collect();
+                if !facts.contains(&fact) {
+                    facts.push(fact);
+                }
+            }
+        }
+        let text = format!("Facts found: {}", facts.join(" "));
+        ModelResponse {
+            usage: Usage {
+                input: (bytes as u64).div_ceil(4),
+                output: (text.len() as u64).div_ceil(4),
+                cached: 0,
+            },
+            message: Message::text(Role::Assistant, text),
+            stop: StopReason::EndTurn,
+            model: self.name(),
+        }
     }
 
     fn response(&self, index: usize, turn: &Turn) -> ModelResponse {
@@ -202,6 +240,8 @@ mod tests {
             tools: &[],
             max_output_tokens: 1024,
             live: None,
+            purpose: crate::model::Purpose::Step,
+            turns_left_out: 0,
         }
     }
 

@@ -172,6 +172,21 @@ pub struct ModelRequest<'a> {
     pub max_output_tokens: u32,
     /// Who sees a streamed answer as it arrives; `None`: nobody.
     pub live: Option<&'a dyn super::settings::LiveSink>,
+    /// A step, or a compaction's summary (issue 15).
+    pub purpose: Purpose,
+    /// Assistant turns of the run that are not in `messages` (compacted away): the
+    /// scripted model counts them to pick its turn.
+    pub turns_left_out: u32,
+}
+
+/// What a model request is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Purpose {
+    /// The agent's next step.
+    #[default]
+    Step,
+    /// A summary of earlier turns, to compact the context.
+    Summary,
 }
 
 impl std::fmt::Debug for ModelRequest<'_> {
@@ -182,6 +197,8 @@ impl std::fmt::Debug for ModelRequest<'_> {
             .field("tools", &self.tools)
             .field("max_output_tokens", &self.max_output_tokens)
             .field("live", &self.live.is_some())
+            .field("purpose", &self.purpose)
+            .field("turns_left_out", &self.turns_left_out)
             .finish()
     }
 }

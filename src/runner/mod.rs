@@ -14,11 +14,12 @@ pub mod observe;
 
 use crate::clock::Clock;
 use crate::fault;
+use crate::machine::context::{self, Context, Window};
 use crate::machine::effects::{Ask, Commit, Notice, RunCall};
 use crate::machine::guards::RunGuards;
 use crate::machine::state::LoopState;
 use crate::machine::{Effect, Event, Machine, Rules, Stop, StopReason};
-use crate::model::{self, ModelRequest};
+use crate::model::{self, ModelRequest, Purpose};
 use crate::recovery::{self, Execution, chain::Chain};
 use crate::setup::Resolved;
 use crate::store::{
@@ -106,15 +107,16 @@ impl Runner {
 
     /// Drives the run from its last checkpoint until it stops.
     pub async fn run(&self) -> Result<RunOutcome, RunError> {
-        let (state, messages) = self.load()?;
+        let (state, context) = self.load()?;
         let rules = Rules {
             tools: &self.resolved.tools,
             prompts: &self.resolved.snapshot.prompts,
             tool_subset: self.resolved.snapshot.tool_subset.as_deref(),
             max_steps: self.max_steps,
             max_tokens: self.max_tokens,
+            window: self.window(),
         };
-        let mut machine = Machine::new(rules, state, messages);
+        let mut machine = Machine::new(rules, state, context);
         let observer = self.observer.clone();
         let d = Drive {
             runner: self,
@@ -166,20 +168,38 @@ impl Runner {
         ))
     }
 
-    fn load(&self) -> Result<(LoopState, Vec<model::Message>), StoreError> {
+    /// The loop state and the context the next request needs: the opening and the
+    /// steps from [`context::first_step_needed`] on (after a compaction, the steps it
+    /// summarised are not kept in memory).
+    fn load(&self) -> Result<(LoopState, Context), StoreError> {
         let (_, state_json) = self.store.checkpoint(self.run_id())?;
         let state: LoopState =
             serde_json::from_str(&state_json).map_err(|e| StoreError::Corrupt {
                 run: self.run_id().to_string(),
                 message: format!("loop state: {e}"),
             })?;
-        let messages = self
-            .store
-            .messages(self.run_id())?
-            .into_iter()
-            .map(|m| m.message)
-            .collect();
-        Ok((state, messages))
+        let first = context::first_step_needed(&state);
+        let mut needed = Vec::new();
+        self.store.each_message(self.run_id(), |m| {
+            if m.step == 0 || m.step >= first {
+                needed.push((m.step, m.message));
+            }
+            Ok::<_, StoreError>(())
+        })?;
+        let context = Context::from_stored(needed, &state);
+        Ok((state, context))
+    }
+
+    /// The model's context window (the first model's, from the settings or the known
+    /// defaults) and the output cap each request reserves.
+    fn window(&self) -> Option<Window> {
+        let settings = &self.resolved.snapshot.settings;
+        let model = self.resolved.snapshot.models.first()?;
+        let name = model.split_once(':').map_or(model.as_str(), |(_, m)| m);
+        settings.context_window_for(name).map(|tokens| Window {
+            tokens,
+            max_output_tokens: self.resolved.snapshot.max_output_tokens,
+        })
     }
 
     fn state_json(&self, state: &LoopState) -> Result<String, RunError> {
@@ -265,12 +285,22 @@ impl Drive<'_> {
     async fn ask(&self, m: &Machine<'_>, ask: &Ask) -> Event {
         let r = self.runner;
         let live = observe::LiveView(r.observer.as_ref());
+        let (messages, max_output_tokens, purpose) = match &ask.summary {
+            Some(s) => (&s.messages[..], s.max_output_tokens, Purpose::Summary),
+            None => (
+                m.messages().get(1..).unwrap_or(&[]),
+                r.resolved.snapshot.max_output_tokens,
+                Purpose::Step,
+            ),
+        };
         let req = ModelRequest {
             system: &ask.system,
-            messages: m.messages().get(1..).unwrap_or(&[]),
+            messages,
             tools: &ask.tools,
-            max_output_tokens: r.resolved.snapshot.max_output_tokens,
+            max_output_tokens,
             live: Some(&live),
+            purpose,
+            turns_left_out: ask.turns_left_out,
         };
         let model = r
             .resolved
@@ -289,7 +319,8 @@ impl Drive<'_> {
             Ok(resp) => resp,
             Err(e) => return Event::ModelFailed(e.to_string()),
         };
-        if first.stop != model::StopReason::MaxTokens {
+        // A summary cut at its cap is still a summary (shorter than asked for).
+        if first.stop != model::StopReason::MaxTokens || ask.summary.is_some() {
             return Event::ModelReplied(first);
         }
         self.ask_after_cut(&req, first).await
@@ -469,6 +500,14 @@ impl Drive<'_> {
             },
         )?;
         fault::point("after_commit");
+        if c.state
+            .compaction
+            .as_ref()
+            .is_some_and(|k| k.step == c.step)
+        {
+            // Not in `fault::POINTS` (reached only by runs that compact).
+            fault::point("after_compaction");
+        }
         if let (Some(id), Some((summary, detail))) = (id, &c.escalation) {
             self.escalation.set(Some(id));
             r.observer.notice(&Notice::Escalated {

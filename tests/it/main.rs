@@ -6,6 +6,7 @@ mod exactly_once;
 
 mod bad_input;
 mod cli_ux;
+mod compaction;
 mod core;
 mod crash;
 mod escalations;

@@ -184,6 +184,8 @@ fn request<'a>(
         tools,
         max_output_tokens: max,
         live: None,
+        purpose: agentrun::model::Purpose::Step,
+        turns_left_out: 0,
     }
 }
 

@@ -93,6 +93,8 @@ async fn ask(p: &Provider, live: &Seen) -> Result<ModelResponse, ModelError> {
         tools: &[],
         max_output_tokens: 64,
         live: Some(live),
+        purpose: agentrun::model::Purpose::Step,
+        turns_left_out: 0,
     })
     .await
 }
@@ -298,6 +300,8 @@ async fn settings_reach_the_wire_for_both_apis() {
                 tools: &tools,
                 max_output_tokens: 7,
                 live: None,
+                purpose: agentrun::model::Purpose::Step,
+                turns_left_out: 0,
             })
             .await;
         let sent: Value = server.received_requests().await.unwrap()[0]
@@ -445,6 +449,8 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
         tools: &[],
         max_output_tokens: 64,
         live: Some(&seen),
+        purpose: agentrun::model::Purpose::Step,
+        turns_left_out: 0,
     };
     let policy = ModelRetryPolicy {
         attempts: 3,
@@ -589,6 +595,8 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
         tools: &[],
         max_output_tokens: 64,
         live: None,
+        purpose: agentrun::model::Purpose::Step,
+        turns_left_out: 0,
     };
     let r = retry::complete_with(
         &models,
