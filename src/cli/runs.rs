@@ -99,7 +99,7 @@ pub enum StatusArg {
     BudgetExhausted,
     Interrupted,
     Failed,
-    /// Submitted and waiting for a worker (issue 17).
+    // Submitted and waiting for a worker (issue 17).
     Queued,
 }
 
