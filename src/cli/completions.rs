@@ -30,10 +30,46 @@ pub fn completions(args: &CompletionsArgs) -> anyhow::Result<Exit> {
     match args.shell {
         Shell::Bash => script.extend_from_slice(BASH_RUN_IDS.as_bytes()),
         Shell::Fish => script.extend_from_slice(FISH_RUN_IDS.as_bytes()),
+        Shell::Zsh => script = zsh_with_run_ids(&String::from_utf8_lossy(&script)).into_bytes(),
         _ => {}
     }
     print_bytes(&script)
 }
+
+/// clap's zsh script with every run-id argument (`resume`, `runs show|export|rm`)
+/// completed by [`ZSH_RUN_IDS`] instead of `_default`: zsh's `_arguments` names the
+/// completer of each argument in its spec, so the spec is where it goes.
+fn zsh_with_run_ids(script: &str) -> String {
+    let mut out = String::with_capacity(script.len() + ZSH_RUN_IDS.len());
+    for line in script.split_inclusive('\n') {
+        let is_run_id = line.starts_with("':run_id -- ") || line.starts_with("'*::run_ids -- ");
+        match line.rfind(":_default'") {
+            Some(at) if is_run_id => {
+                out.push_str(&line[..at]);
+                out.push_str(":_agentrun_run_ids'");
+                out.push_str(&line[at + ":_default'".len()..]);
+            }
+            _ => {
+                // The helper must exist before the script's last lines call `_agentrun`.
+                if line.starts_with("if [ \"$funcstack[1]\" = \"_agentrun\" ]") {
+                    out.push_str(ZSH_RUN_IDS);
+                }
+                out.push_str(line);
+            }
+        }
+    }
+    out
+}
+
+const ZSH_RUN_IDS: &str = r#"# Run ids for `resume`, `runs show|export|rm` (added by agentrun).
+(( $+functions[_agentrun_run_ids] )) ||
+_agentrun_run_ids() {
+    local -a ids
+    ids=(${(f)"$(agentrun runs list --json 2>/dev/null | grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4)"})
+    _describe -t run-ids 'run id' ids "$@"
+}
+
+"#;
 
 const BASH_RUN_IDS: &str = r#"
 # Run ids for `resume`, `runs show|export|rm` (added by agentrun).

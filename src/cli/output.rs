@@ -19,11 +19,19 @@ pub fn print_json(v: &Value) -> anyhow::Result<()> {
 /// output-token limit) is `partial_answer`, so a script reading `answer` never takes
 /// it for one (issue 13).
 pub fn outcome_json(o: &RunOutcome) -> Value {
-    let failed = o.status == crate::store::RunStatus::Failed;
+    // `answer` is null when absent (DESIGN §1). A completed run has its answer; a budget
+    // stop reports what was done so far, the last assistant text (README). A run
+    // waiting for a person or interrupted has none yet: the text it wrote is a step on
+    // the way (e.g. "I'll send it now" beside a call awaiting approval), the same
+    // whether `start` drove it or `resume` read it back. A failed run's cut-off text
+    // is kept as `partial_answer`.
+    use crate::store::RunStatus;
+    let failed = o.status == RunStatus::Failed;
+    let has_answer = matches!(o.status, RunStatus::Completed | RunStatus::BudgetExhausted);
     let mut v = json!({
         "run_id": o.run_id.as_str(),
         "status": o.status.as_str(),
-        "answer": if failed { None } else { o.answer.as_deref() },
+        "answer": if has_answer { o.answer.as_deref() } else { None },
         "steps": o.steps,
         "tokens": {"input": o.input_tokens, "output": o.output_tokens},
         "escalation_id": o.escalation_id.map(|id| id.to_string()),

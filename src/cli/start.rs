@@ -511,7 +511,10 @@ pub(super) fn stored_state(store: &Store, id: &RunId) -> LoopState {
         .unwrap_or_default()
 }
 
-/// A run's outcome as stored (for runs that are not driven now).
+/// A run's outcome as stored (for runs that are not driven now). `answer` is the
+/// stored answer of a completed run; for any other run, the last text the model wrote,
+/// as the driver reports it live; `output::outcome_json` decides what of it is shown
+/// (an answer only for completed and budget-stopped runs).
 fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
     let row = store.run(id)?;
     let answer = row.answer.clone().or_else(|| {

@@ -61,8 +61,10 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                 super::output::print_json(&serde_json::json!({"ok": false, "errors": list}))?;
                 return Ok(Exit::BadInput);
             }
+            // One style for everything agentrun says on stderr, as `start` prints the
+            // same problems: `agentrun: FILE: tool `T`: KEY: what is wrong; the fix`.
             for e in &errs.0 {
-                eprintln!("{e}");
+                eprintln!("agentrun: {e}");
             }
             let n = errs.0.len();
             Err(BadInput(format!(

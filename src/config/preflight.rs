@@ -286,7 +286,7 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
     for (name, tool) in &cfg.tools {
         let mut warn = |key: String, fix: &str| {
             out.push(format!(
-                "warning: {file}: tool `{name}`: {key} holds a literal credential; {fix}"
+                "agentrun: warning: {file}: tool `{name}`: {key} holds a literal credential; {fix}"
             ));
         };
         match &tool.kind {

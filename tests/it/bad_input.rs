@@ -253,10 +253,10 @@ fn tools_check_reports_every_problem_with_the_file_and_the_tool() {
     let lines: Vec<&str> = r.stderr.lines().collect();
     assert!(lines.len() >= 5, "{r}");
     for want in [
-        "tools.toml: tool `a`: timeout: bad duration \"soon\"",
-        "tools.toml: tool `a`: fallback[0].tool: unknown tool `ghost`",
-        "tools.toml: tool `b`: description: missing",
-        "tools.toml: tool `b`: http.url: placeholder `{host}` is in the host",
+        "agentrun: tools.toml: tool `a`: timeout: bad duration \"soon\"",
+        "agentrun: tools.toml: tool `a`: fallback[0].tool: unknown tool `ghost`",
+        "agentrun: tools.toml: tool `b`: description: missing",
+        "agentrun: tools.toml: tool `b`: http.url: placeholder `{host}` is in the host",
     ] {
         assert!(
             lines.iter().any(|l| l.starts_with(want)),

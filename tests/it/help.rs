@@ -179,6 +179,89 @@ fn bash_completion_offers_statuses_and_run_ids() {
     );
 }
 
+/// Drives an interactive zsh in a pseudo-terminal (zsh's own `zpty`): loads the
+/// completion system with agentrun's script, presses Tab after the command line, and
+/// prints what the first `compadd` of that completion offered, comma-separated.
+const ZSH_DRIVER: &str = r#"zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PROMPT=''; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z 'compadd() { if (( ${@[(I)-[OAD]]} )); then builtin compadd "$@"; return; fi; typeset -a __hits; builtin compadd -A __hits "$@"; print -r -- "<""<${(j:,:)__hits}>"">"; }'
+zpty -w z 'bindkey "^I" complete-word'
+zpty -w -n z "$2"$'\t'
+zpty -r -m z got '*<<*>>*'
+print -r -- ${${got#*<<}%%>>*}
+zpty -d z
+"#;
+
+/// What zsh offers after `line` (with a trailing space), through agentrun's script.
+fn complete_zsh(p: &Project, line: &str) -> String {
+    let bin_dir = crate::common::bin()
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = p.run(&["completions", "zsh"]).expect_code(0).stdout.clone();
+    p.write("zfunc/_agentrun", &script);
+    let driver = p.write("complete.zsh", ZSH_DRIVER);
+    let mut child = std::process::Command::new("zsh")
+        .arg("-f")
+        .arg(&driver)
+        .arg(p.path().join("zfunc"))
+        .arg(format!("{line} "))
+        .current_dir(p.path())
+        .env("PATH", path)
+        .env("AGENTRUN_DB", p.db())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("zsh");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zsh completion of `{line}` never finished");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().expect("zsh output");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn zsh_completion_offers_run_ids_and_statuses() {
+    if std::process::Command::new("zsh")
+        .arg("-fc")
+        .arg("zmodload zsh/zpty")
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        // .ci/run installs zsh; a developer machine may not have it.
+        eprintln!("zsh (with zsh/zpty) is not installed; skipped");
+        return;
+    }
+    let p = Project::new();
+    p.model_script(json!([{"text": "done"}]));
+    p.task("tools = []", "x");
+    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for line in [
+        "agentrun resume",
+        "agentrun runs show",
+        "agentrun runs export",
+        "agentrun runs rm",
+    ] {
+        assert_eq!(complete_zsh(&p, line), id, "after `{line}`");
+    }
+    let statuses = complete_zsh(&p, "agentrun runs list --status");
+    assert!(statuses.contains("budget_exhausted"), "{statuses}");
+}
+
 #[test]
 fn front_matter_mistakes_name_the_key_or_the_format() {
     let p = Project::new();
@@ -231,6 +314,42 @@ fn a_failed_run_has_no_answer_and_keeps_its_partial_text_apart() {
     assert_eq!(v["status"], "failed");
     assert_eq!(v["answer"], Value::Null);
     assert_eq!(v["partial_answer"], "A long essay that was cut");
+}
+
+#[test]
+fn a_run_waiting_for_a_person_has_no_answer_whether_started_or_resumed() {
+    let p = Project::new();
+    p.script("pay.sh", "#!/bin/sh\ncat > /dev/null\nexit 77\n");
+    p.write(
+        "tools.toml",
+        "[tools.pay]\ndescription = \"p\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"pay.sh\"]\n",
+    );
+    // The third identical failure opens the circuit when its step commits, so the
+    // step's text is stored with it: text on the way, not an answer.
+    let call = json!([{"name": "pay", "args": {"order": 1}}]);
+    p.model_script(json!([
+        {"text": "Paying.", "tool_calls": call},
+        {"text": "Again.", "tool_calls": call},
+        {"text": "Once more.", "tool_calls": call},
+        {"text": "Paid."}
+    ]));
+    p.task("", "Pay order 1.");
+    let started: Value = p.run(&["start", "task.md", "--json"]).expect_code(3).json();
+    assert_eq!(started["status"], "escalated", "{started}");
+    assert_eq!(started["answer"], Value::Null, "{started}");
+    let id = started["run_id"].as_str().expect("id").to_string();
+    // `resume` of a run still waiting reads its outcome back from the database.
+    let waiting: Value = p.run(&["resume", &id, "--json"]).expect_code(3).json();
+    assert_eq!(waiting["answer"], Value::Null, "{waiting}");
+    let esc = started["escalation_id"].as_str().expect("escalation id");
+    p.run(&["escalations", "resolve", esc, "--reply", "paid by hand"])
+        .expect_code(0);
+    let done: Value = p.run(&["resume", &id, "--json"]).expect_code(0).json();
+    assert_eq!(done["answer"], "Paid.", "{done}");
+    // And read back once completed: the stored answer.
+    let again: Value = p.run(&["resume", &id, "--json"]).expect_code(0).json();
+    assert_eq!(again["answer"], "Paid.");
 }
 
 #[test]

@@ -32,3 +32,4 @@ mod streaming;
 mod syncs;
 mod tools_exec;
 mod trust;
+mod walkthrough;

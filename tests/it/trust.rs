@@ -988,12 +988,12 @@ fn tools_check_warns_about_literal_credentials_and_keeps_exit_0() {
     let warnings: Vec<&str> = r
         .stderr
         .lines()
-        .filter(|l| l.starts_with("warning:"))
+        .filter(|l| l.starts_with("agentrun: warning:"))
         .collect();
     for want in [
-        "warning: tools.toml: tool `kb`: url holds a literal credential",
-        "warning: tools.toml: tool `kb`: headers.Authorization holds a literal credential; use `${VAR}`",
-        "warning: tools.toml: tool `deploy`: set.DEPLOY_TOKEN holds a literal credential",
+        "agentrun: warning: tools.toml: tool `kb`: url holds a literal credential",
+        "agentrun: warning: tools.toml: tool `kb`: headers.Authorization holds a literal credential; use `${VAR}`",
+        "agentrun: warning: tools.toml: tool `deploy`: set.DEPLOY_TOKEN holds a literal credential",
     ] {
         assert!(
             warnings.iter().any(|l| l.starts_with(want)),
