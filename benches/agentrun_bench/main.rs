@@ -12,6 +12,7 @@
 
 mod fixture;
 mod http;
+mod parallel;
 mod peers;
 mod procs;
 mod report;
@@ -127,6 +128,9 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some(tool::TOOL_ARG) {
         return tool::main(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some(parallel::SLOW_ARG) {
+        return parallel::slow_main();
+    }
     let quick = args.iter().any(|a| a == "--quick")
         || std::env::var_os("AGENTRUN_BENCH_QUICK").is_some_and(|v| v != "0");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_agentrun"));
@@ -212,6 +216,12 @@ impl Bench {
         let fsyncs = self.fsyncs(&command);
         let fsyncs_ni = self.fsyncs(&not_idem);
         let (version_ms, lists) = self.cold_start(&command);
+        let par = parallel::measure(
+            &self.bin,
+            self.root(),
+            8,
+            if self.plan.quick { 1 } else { 5 },
+        );
         self.measure_references();
         let load_after = loadavg();
         let (spawn_ms, rtt_ms) = (median(&self.spawns), median(&self.round_trips));
@@ -346,6 +356,19 @@ impl Bench {
             "`agentrun --version`".into(),
             format!("{} ms", num(version_ms)),
         ]);
+        t.row(vec![
+            format!(
+                "one turn of {} calls to a {} ms tool, whole `start` (median): together; one call; one by one",
+                par.k,
+                parallel::SLOW_MS
+            ),
+            format!(
+                "{} ms; {} ms; {} ms",
+                num(par.together_ms),
+                num(par.one_ms),
+                num(par.one_by_one_ms)
+            ),
+        ]);
         let list_runs = self.plan.list_runs;
         t.row(vec![
             format!("`agentrun runs list --limit 20` on {list_runs} runs"),
@@ -439,6 +462,17 @@ impl Bench {
             "≤ 2 KB of database per step".into(),
             format!("{} bytes", num(per_step)),
             verdict(per_step <= 2048.0).into(),
+        ]);
+        let extra = par.together_ms - par.one_ms;
+        t.row(vec![
+            format!(
+                "{} parallel calls of a {} ms tool cost about one: whole run − the 1-call run < {} ms",
+                par.k,
+                parallel::SLOW_MS,
+                parallel::SLOW_MS
+            ),
+            format!("{} ms", num(extra)),
+            verdict(extra < parallel::SLOW_MS as f64).into(),
         ]);
         t.row(vec![
             "`--version` < 10 ms".into(),

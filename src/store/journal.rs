@@ -352,6 +352,43 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// The run's opening (step 0: the system prompt and the task) and its messages of
+    /// steps `from` on, in order, without reading the steps between: two walks of the
+    /// primary key, one from each end, so a resume that keeps only its last steps reads
+    /// the same few rows however long the run (issue 14).
+    pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
+        let conn = self.lock();
+        let mut out = Vec::new();
+        let mut head = conn.prepare_cached(
+            "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
+        )?;
+        let mut rows = head.query([&run.0])?;
+        while let Some(r) = rows.next()? {
+            let m = message_row(run, r)?;
+            if m.step != 0 {
+                break;
+            }
+            out.push(m);
+        }
+        drop(rows);
+        let opening = out.last().map_or(i64::MIN, |m| m.seq);
+        let mut tail = conn.prepare_cached(
+            "SELECT seq, step, role, content FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq DESC",
+        )?;
+        let mut rows = tail.query(params![run.0, opening])?;
+        let mut since = Vec::new();
+        while let Some(r) = rows.next()? {
+            let m = message_row(run, r)?;
+            if m.step < from {
+                break;
+            }
+            since.push(m);
+        }
+        out.extend(since.into_iter().rev());
+        Ok(out)
+    }
+
     /// A page of the transcript: up to `limit` messages after seq `after`, in order
     /// (streaming human `runs show`, issue 14: one primary-key range per page).
     pub fn messages_after(

@@ -286,6 +286,9 @@ delegate! {
     fn each_message<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredMessage) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
     /// A page of the transcript: up to `limit` messages after seq `after`, in order.
     fn messages_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<StoredMessage>>;
+    /// The opening (step 0) and the messages of steps `from` on, in order, without
+    /// reading the steps between (a resume that keeps only its last steps).
+    fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>>;
     /// A page of the trace: up to `limit` events after event id `after`, with their ids.
     fn events_after(&self, run: &RunId, after: i64, limit: u32) -> Result<Vec<(i64, StoredEvent)>>;
     /// The journal rows of steps `first..=last`, in call order.

@@ -918,6 +918,19 @@ impl PgStore {
             .collect()
     }
 
+    pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
+        let id = run.clone();
+        let from = i64::from(from);
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT seq, step, role, content FROM messages
+                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq",
+                &[&id.0, &from],
+            )
+        })?;
+        rows.iter().map(|row| message_row(run, row)).collect()
+    }
+
     pub fn journal_between(&self, run: &RunId, first: u32, last: u32) -> Result<Vec<JournalEntry>> {
         self.journal_rows(run, i64::from(first), i64::from(last))
     }
