@@ -306,6 +306,54 @@ mod descendants {
         environ.split(|b| *b == 0).any(|v| v == want.as_bytes())
     }
 
+    /// The children of `pid` (every thread's: an orphan is handed to one thread of its
+    /// subreaper), from `/proc/PID/task/*/children` when the kernel has them (3.5+,
+    /// CONFIG_PROC_CHILDREN): a few reads instead of one per process on the machine.
+    fn children(pid: i32) -> Option<Vec<i32>> {
+        let mut out = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
+            let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+        Some(out)
+    }
+
+    /// Who is whose child, as of one scan.
+    enum Tree {
+        /// Ask `/proc/PID/task/*/children` as needed.
+        Children,
+        /// The whole process table, where those files are missing.
+        Table(Vec<Proc>),
+    }
+
+    impl Tree {
+        fn now() -> Tree {
+            static HAS_CHILDREN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            let me = me();
+            let has = *HAS_CHILDREN.get_or_init(|| {
+                std::fs::metadata(format!("/proc/{me}/task/{me}/children")).is_ok()
+            });
+            if has {
+                Tree::Children
+            } else {
+                Tree::Table(table())
+            }
+        }
+
+        fn children(&self, pid: i32) -> Vec<i32> {
+            match self {
+                Tree::Children => children(pid).unwrap_or_default(),
+                Tree::Table(t) => t.iter().filter(|p| p.ppid == pid).map(|p| p.pid).collect(),
+            }
+        }
+    }
+
     /// Everything the attempt started, besides `child` itself: `child`'s descendants,
     /// and our orphans (parent = agentrun) that are in the tool's group `pgid` or carry
     /// its call id, with their descendants. Parents come before children and each is
@@ -317,20 +365,18 @@ mod descendants {
         // Orphans already ruled out (their environment will not change).
         let mut strangers: Vec<i32> = Vec::new();
         for _ in 0..100 {
-            let table = table();
+            let tree = Tree::now();
             let before = found.len();
-            for p in &table {
-                if p.ppid != me || Some(p.pid) == child || found.contains(&p.pid) {
+            for pid in tree.children(me) {
+                if Some(pid) == child || found.contains(&pid) || strangers.contains(&pid) {
                     continue;
                 }
-                if strangers.contains(&p.pid) {
-                    continue;
-                }
-                if Some(p.pgrp) == pgid || carries(p.pid, key) {
-                    stop(p.pid);
-                    found.push(p.pid);
+                let in_group = || pgid.is_some() && stat(pid).is_some_and(|p| Some(p.pgrp) == pgid);
+                if in_group() || carries(pid, key) {
+                    stop(pid);
+                    found.push(pid);
                 } else {
-                    strangers.push(p.pid);
+                    strangers.push(pid);
                 }
             }
             // Then everything below the child and the orphans found, level by level.
@@ -341,11 +387,12 @@ mod descendants {
                     .chain(found[i..].iter().copied())
                     .collect();
                 let level = found.len();
-                for p in &table {
-                    if parents.contains(&p.ppid) && Some(p.pid) != child && !found.contains(&p.pid)
-                    {
-                        stop(p.pid);
-                        found.push(p.pid);
+                for parent in parents {
+                    for pid in tree.children(parent) {
+                        if Some(pid) != child && !found.contains(&pid) {
+                            stop(pid);
+                            found.push(pid);
+                        }
                     }
                 }
                 if found.len() == level {
@@ -402,6 +449,27 @@ mod descendants {
             if left.len() == before {
                 std::thread::sleep(Duration::from_millis(1));
             }
+        }
+    }
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn both_ways_of_reading_the_tree_find_a_child_and_its_call_id() {
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .env("AGENTRUN_CALL_ID", "r:s:unit-test")
+                .spawn()
+                .expect("sleep");
+            let pid = i32::try_from(child.id()).expect("pid");
+            let me = me();
+            assert!(Tree::now().children(me).contains(&pid));
+            assert!(Tree::Table(table()).children(me).contains(&pid));
+            assert!(carries(pid, "r:s:unit-test"));
+            assert!(!carries(pid, "r:s:unit"));
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

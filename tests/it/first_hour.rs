@@ -211,3 +211,28 @@ fn a_config_file_gives_the_default_model_and_the_environment_overrides_it() {
         "{bad}"
     );
 }
+
+#[test]
+fn a_model_server_that_cannot_be_reached_is_named_with_its_host() {
+    // Bind, then drop: the port is closed for the next moment.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let p = Project::new();
+    p.write("tools.toml", "");
+    p.write(
+        "task.md",
+        "+++\nmodel = \"openai:m\"\nmodel_attempts = 1\n+++\nhello\n",
+    );
+    let mut cmd = p.command(&["start", "task.md"]);
+    cmd.env_remove("OPENAI_API_KEY")
+        .env("OPENAI_BASE_URL", format!("http://{addr}/v1"));
+    let run = Run::from_output(cmd.output().expect("spawn"));
+    run.expect_code(1);
+    let last = run.stderr.lines().rev().nth(1).unwrap_or_default();
+    assert!(
+        last.contains(&format!("openai at {addr}: connection failed")),
+        "{run}"
+    );
+}

@@ -296,3 +296,34 @@ fn each_model_retry_is_traced_at_the_time_it_happened() {
     // One second apart (the server's Retry-After), not both stamped at write time.
     assert_ne!(at[0], at[1], "{at:?}");
 }
+
+#[test]
+fn the_provider_timeout_is_set_in_the_front_matter_or_on_the_command_line() {
+    for (front, flags) in [
+        (
+            "stream = false\nmodel_attempts = 1\ntimeout = \"300ms\"",
+            &[][..],
+        ),
+        (
+            "stream = false\nmodel_attempts = 1",
+            &["--timeout", "300ms"][..],
+        ),
+    ] {
+        let s = Server::new(front);
+        s.answer(
+            None,
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"choices": [{"message": {"content": "late"},
+                    "finish_reason": "stop"}]}))
+                .set_delay(Duration::from_secs(20)),
+        );
+        let started = std::time::Instant::now();
+        let run = s.start(flags);
+        run.expect_code(1);
+        assert!(run.stderr.contains("300ms"), "{run}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the 300ms limit was not applied ({flags:?})\n{run}"
+        );
+    }
+}

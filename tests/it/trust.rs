@@ -127,6 +127,16 @@ fn a_non_idempotent_timeout_with_tell_model_gives_the_model_outcome_unknown() {
     );
     assert_eq!(journal(&show, "call_0_0")["status"], "unknown");
     assert_eq!(events(&show, "note")[0]["kind"], "outcome_unknown");
+    // The human view says what happened and why it was not retried.
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    let human = p.run(&["runs", "show", &id]).expect_code(0).stdout.clone();
+    assert!(
+        human.contains(
+            "charge exceeded 300ms (timeout); charge is not idempotent, so it was not \
+             retried: it is unknown whether it took effect"
+        ),
+        "{human}"
+    );
 }
 
 #[test]
