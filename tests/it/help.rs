@@ -263,6 +263,67 @@ fn zsh_completion_offers_run_ids_and_statuses() {
 }
 
 #[test]
+fn fish_completion_offers_run_ids_and_statuses() {
+    if std::process::Command::new("fish")
+        .arg("--version")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        // .ci/run installs fish; a developer machine may not have it.
+        eprintln!("fish is not installed; skipped");
+        return;
+    }
+    let p = Project::new();
+    p.model_script(json!([{"text": "done"}]));
+    p.task("tools = []", "x");
+    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let script = p
+        .run(&["completions", "fish"])
+        .expect_code(0)
+        .stdout
+        .clone();
+    let file = p.write("agentrun.fish", &script);
+    let bin_dir = crate::common::bin()
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
+    // `complete -C LINE` prints what fish would offer after LINE.
+    let complete = |line: &str| -> Vec<String> {
+        let out = std::process::Command::new("fish")
+            .arg("--no-config")
+            .arg("-c")
+            .arg(format!("source {}; complete -C '{line} '", file.display()))
+            .current_dir(p.path())
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin_dir.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("AGENTRUN_DB", p.db())
+            .output()
+            .expect("fish");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or(l).to_string())
+            .collect()
+    };
+    for line in ["agentrun resume", "agentrun runs show", "agentrun runs rm"] {
+        assert_eq!(complete(line), std::slice::from_ref(&id), "after `{line}`");
+    }
+    let statuses = complete("agentrun runs list --status");
+    assert!(
+        statuses.contains(&"budget_exhausted".to_string()),
+        "{statuses:?}"
+    );
+}
+
+#[test]
 fn front_matter_mistakes_name_the_key_or_the_format() {
     let p = Project::new();
     p.write("task.md", "---\nmodel: openai:gpt-4o-mini\n---\nDo it.\n");

@@ -761,6 +761,23 @@ fn arguments_nested_127_deep_are_refused_and_the_run_stays_readable() {
 }
 
 #[test]
+fn a_tool_result_nested_127_deep_is_a_tool_bug_and_the_run_stays_readable() {
+    let p = Project::new();
+    let deep = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+    p.fast_tools(&logging_tool(&p, "deep", &format!("echo '{deep}'")));
+    p.model_script(json!([calls("deep", 1), {"text": "done"}]));
+    p.task("", "Go deep.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(is_error);
+    assert_eq!(content["error"], "tool_bug", "{content}");
+    let id = run.json()["run_id"].as_str().unwrap().to_string();
+    p.run(&["runs", "show", &id]).expect_code(0);
+    p.run(&["resume", &id, "--json"]).expect_code(0);
+}
+
+#[test]
 fn a_response_body_over_16_mib_is_refused_unread() {
     let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(17 * 1024 * 1024));
     let (_s, p, run) =

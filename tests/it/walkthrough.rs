@@ -187,3 +187,36 @@ fn the_readme_walkthrough_runs_my_own_tool_against_an_openai_compatible_server()
     // Everything stayed in the reader's folder.
     assert!(home.path().join("weather/.agentrun").is_dir());
 }
+
+#[test]
+fn the_readme_points_only_at_files_in_the_repository_and_at_its_own_sections() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    // GitHub's anchors: lower case, spaces to dashes, punctuation dropped.
+    let anchors: Vec<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(|h| {
+            h.to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let mut rest = readme.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let target = &rest[..rest.find(')').expect("closing parenthesis")];
+        if let Some(anchor) = target.strip_prefix('#') {
+            assert!(anchors.iter().any(|a| a == anchor), "no section #{anchor}");
+        } else if !target.contains("://") {
+            assert!(
+                root.join(target).exists(),
+                "README links to missing {target}"
+            );
+        }
+    }
+    // The contract lives outside the repository: the README must stand alone.
+    assert!(!readme.contains("DESIGN"), "the README points at DESIGN");
+}
