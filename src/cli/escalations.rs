@@ -239,6 +239,8 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
             run_id: e.run_id.to_string(),
             max_steps: None,
             max_tokens: None,
+            max_cost: None,
+            max_duration: None,
             model: None,
             stream_json: false,
         };

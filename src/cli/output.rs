@@ -36,6 +36,7 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
         "tokens": {"input": o.input_tokens, "output": o.output_tokens},
         "escalation_id": o.escalation_id.map(|id| id.to_string()),
         "reason": o.reason,
+        "cost_usd": o.cost_usd,
     });
     if failed {
         v["partial_answer"] = json!(o.answer);

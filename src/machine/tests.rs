@@ -60,6 +60,7 @@ impl H {
             max_steps: 5,
             max_tokens: 10_000,
             window: None,
+            spend: Default::default(),
         };
         let messages = vec![
             Message::text(Role::System, "sys"),

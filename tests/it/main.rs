@@ -5,6 +5,7 @@ mod common;
 mod exactly_once;
 
 mod bad_input;
+mod budgets;
 mod cli_ux;
 mod compaction;
 mod core;
