@@ -131,6 +131,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     let mut settings = ModelSettings::default();
     task.settings.apply(&mut settings);
     opts.settings.apply(&mut settings);
+    check_pricing(&settings, &models)?;
     // MCP servers start now and stay up for the run (discovery, issue 16).
     let (pool, mcp_tools) = if cfg.mcp.is_empty() {
         (None, mcp::Discovered::new())
@@ -168,6 +169,23 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         task,
         resolved,
     })
+}
+
+/// A money budget needs a price for every model the run may use (issue 15): the
+/// shipped table's, or the run's own `price`.
+pub fn check_pricing(settings: &ModelSettings, models: &[String]) -> Result<(), SetupError> {
+    if settings.max_cost.is_none() {
+        return Ok(());
+    }
+    let pricing = settings.pricing();
+    match models.iter().find(|m| pricing.price(m).is_none()) {
+        None => Ok(()),
+        Some(m) => Err(SetupError::Usage(format!(
+            "max_cost needs a price for `{m}`, which the price table does not know: set \
+             `price = {{ input = …, output = …, cached_input = … }}` (USD per million \
+             tokens) in the task's front matter"
+        ))),
+    }
 }
 
 /// Validates a snapshot (fresh, or read back from the store) into live parts.

@@ -49,6 +49,10 @@ struct FrontMatter {
     model_max_backoff: Option<String>,
     max_retry_after: Option<String>,
     model_cooldown: Option<String>,
+    // Budgets in money and time (issue 15).
+    price: Option<crate::model::prices::Price>,
+    max_cost: Option<f64>,
+    max_duration: Option<String>,
 }
 
 impl FrontMatter {
@@ -89,6 +93,9 @@ impl FrontMatter {
             max_backoff: duration("model_max_backoff", &self.model_max_backoff)?,
             max_retry_after: duration("max_retry_after", &self.max_retry_after)?,
             cooldown: duration("model_cooldown", &self.model_cooldown)?,
+            price: self.price,
+            max_cost: self.max_cost,
+            max_duration: duration("max_duration", &self.max_duration)?,
         };
         input.validate()?;
         Ok(input)
@@ -117,6 +124,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("model_max_backoff", Kind::Duration),
     ("max_retry_after", Kind::Duration),
     ("model_cooldown", Kind::Duration),
+    ("max_cost", Kind::Number),
+    ("max_duration", Kind::Duration),
+    ("price", Kind::Price),
 ];
 
 #[derive(Clone, Copy)]
@@ -128,6 +138,7 @@ enum Kind {
     Text,
     Duration,
     Bool,
+    Price,
 }
 
 impl Kind {
@@ -140,6 +151,13 @@ impl Kind {
             Kind::Names => strings(v),
             Kind::Text | Kind::Duration => v.is_str(),
             Kind::Bool => v.is_bool(),
+            Kind::Price => v.as_table().is_some_and(|t| {
+                t.iter().all(|(k, v)| {
+                    ["input", "output", "cached_input"].contains(&k.as_str())
+                        && (v.is_float() || v.is_integer())
+                }) && t.contains_key("input")
+                    && t.contains_key("output")
+            }),
         }
     }
 
@@ -152,6 +170,10 @@ impl Kind {
             Kind::Text => "a string",
             Kind::Duration => "a duration string such as \"30s\"",
             Kind::Bool => "true or false",
+            Kind::Price => {
+                "a table of USD per million tokens, such as \
+                 { input = 0.15, output = 0.6, cached_input = 0.075 }"
+            }
         }
     }
 }
@@ -359,7 +381,7 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown)"
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price)"
         );
     }
 

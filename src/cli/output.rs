@@ -36,6 +36,7 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
         "tokens": {"input": o.input_tokens, "output": o.output_tokens},
         "escalation_id": o.escalation_id.map(|id| id.to_string()),
         "reason": o.reason,
+        "cost_usd": o.cost_usd,
     });
     if failed {
         v["partial_answer"] = json!(o.answer);
@@ -51,7 +52,7 @@ pub fn outcome_line(o: &RunOutcome) -> String {
 
 /// One element of `runs list --json`.
 pub fn run_summary_json(r: &RunRow) -> Value {
-    json!({
+    let mut v = json!({
         "id": r.id.as_str(),
         "status": r.status.as_str(),
         "steps": r.steps,
@@ -59,7 +60,12 @@ pub fn run_summary_json(r: &RunRow) -> Value {
         "task": r.task,
         "created_at": rfc3339(r.created_at),
         "updated_at": rfc3339(r.updated_at),
-    })
+    });
+    // The worker holding the run, only when a worker does (issue 17).
+    if let Some(w) = &r.worker {
+        v["worker"] = w.as_str().into();
+    }
+    v
 }
 
 /// `runs show --json`: the run's fields plus `messages`, `tool_calls` and `events`.

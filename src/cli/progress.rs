@@ -143,13 +143,22 @@ impl Observer for Progress {
         match &self.out {
             Out::Quiet => {}
             Out::Plain => print_line(&format!(
-                "agentrun: step {}/{}: asking {} ({}/{} tokens used)",
-                s.step, s.max_steps, s.model, s.tokens, s.max_tokens
+                "agentrun: step {}/{}: asking {} ({}/{} tokens used{})",
+                s.step,
+                s.max_steps,
+                s.model,
+                s.tokens,
+                s.max_tokens,
+                cost_part(s, ", ")
             )),
             Out::Live(live) => live.update(|st| {
                 st.step = Some(format!(
-                    "step {}/{} · {}/{} tokens",
-                    s.step, s.max_steps, s.tokens, s.max_tokens
+                    "step {}/{} · {}/{} tokens{}",
+                    s.step,
+                    s.max_steps,
+                    s.tokens,
+                    s.max_tokens,
+                    cost_part(s, " · ")
                 ));
                 st.doing = format!("asking {}", s.model);
             }),
@@ -238,6 +247,16 @@ fn call_line(c: &CallFinished) -> String {
         "agentrun: step {}: {} {what}{via} ({attempts})",
         c.step, c.tool
     )
+}
+
+/// The money spent (and its budget), when the run prices its calls (issue 15).
+fn cost_part(s: &StepStart<'_>, sep: &str) -> String {
+    use crate::machine::state::usd;
+    match s.max_cost {
+        Some(max) => format!("{sep}{} of {}", usd(s.cost_usd), usd(max)),
+        None if s.cost_usd > 0.0 => format!("{sep}{}", usd(s.cost_usd)),
+        None => String::new(),
+    }
 }
 
 fn notice_line(n: &Notice) -> String {

@@ -99,11 +99,14 @@ pub enum StatusArg {
     BudgetExhausted,
     Interrupted,
     Failed,
+    // Submitted and waiting for a worker (issue 17).
+    Queued,
 }
 
 impl StatusArg {
     fn status(self) -> RunStatus {
         match self {
+            StatusArg::Queued => RunStatus::Queued,
             StatusArg::Running => RunStatus::Running,
             StatusArg::Completed => RunStatus::Completed,
             StatusArg::AwaitingApproval => RunStatus::AwaitingApproval,
@@ -214,8 +217,20 @@ fn parse_since(s: &str) -> anyhow::Result<i64> {
 /// A `running` run that no live process holds: killed with -9, or its machine went
 /// down. (A reused pid can make a dead run look alive; the lease expiry still lets
 /// `resume` take it.)
+///
+/// A run a worker holds may be on another machine, so its pid says nothing here: it is
+/// stale when its heartbeat is older than the lease TTL (issue 17).
 pub fn is_stale(r: &RunRow) -> bool {
-    r.status == RunStatus::Running && !r.lease_pid.is_some_and(pid_alive)
+    if r.status != RunStatus::Running {
+        return false;
+    }
+    if r.worker.is_some() {
+        let now = crate::clock::Clock::now_ms(&SystemClock);
+        return r
+            .heartbeat
+            .is_none_or(|h| now - h > crate::store::LEASE_TTL_MS);
+    }
+    !r.lease_pid.is_some_and(pid_alive)
 }
 
 fn pid_alive(pid: i64) -> bool {
@@ -323,7 +338,64 @@ fn with_escalations(
         .collect();
     v["models"] = models(store, id).into();
     v["stale"] = is_stale(row).into();
+    let spent = Spent::of(store, id);
+    v["cost_usd"] = spent.cost_usd.into();
+    v["max_cost"] = spent.max_cost.into();
+    v["duration_ms"] = spent.active_ms.into();
+    v["max_duration_ms"] = spent.max_duration_ms.into();
+    v["last_compaction_step"] = spent.compactions.into();
     Ok(v)
+}
+
+/// Money and time a run has spent, and its budgets (issue 15).
+struct Spent {
+    cost_usd: f64,
+    max_cost: Option<f64>,
+    active_ms: u64,
+    max_duration_ms: Option<u64>,
+    /// Whether the context was compacted (the last compaction's step).
+    compactions: Option<u32>,
+}
+
+impl Spent {
+    fn of(store: &Store, id: &RunId) -> Spent {
+        let state = super::start::stored_state(store, id);
+        let settings: crate::model::ModelSettings = store
+            .snapshot(id)
+            .ok()
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+            .and_then(|v| serde_json::from_value(v["settings"].clone()).ok())
+            .unwrap_or_default();
+        Spent {
+            cost_usd: state.cost_usd,
+            max_cost: settings.max_cost,
+            active_ms: state.active_ms,
+            max_duration_ms: settings.max_duration_ms,
+            compactions: state.compaction.map(|c| c.step),
+        }
+    }
+}
+
+/// `runs show` header lines for [`Spent`]: shown when there is something to say.
+fn spend_fields(s: &Spent) -> Vec<(&'static str, String)> {
+    use crate::machine::state::usd;
+    let mut out = Vec::new();
+    match s.max_cost {
+        Some(max) => out.push(("cost", format!("{} of {}", usd(s.cost_usd), usd(max)))),
+        None if s.cost_usd > 0.0 => out.push(("cost", usd(s.cost_usd))),
+        None => {}
+    }
+    let time = |ms: u64| crate::timefmt::duration(i64::try_from(ms).unwrap_or(i64::MAX));
+    if let Some(max) = s.max_duration_ms {
+        out.push(("driven", format!("{} of {}", time(s.active_ms), time(max))));
+    }
+    if let Some(step) = s.compactions {
+        out.push((
+            "context",
+            format!("compacted (last at step {step}); the full transcript is below"),
+        ));
+    }
+    out
 }
 
 /// `runs export`: one document a person can attach to a bug report or archive.
@@ -347,11 +419,13 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     let row = store.run(id)?;
     let escalations = store.escalations_for_run(id)?;
     let models = models(store, id);
+    let spend = spend_fields(&Spent::of(store, id));
     let head = super::runs_show::Head {
         row: &row,
         escalations: &escalations,
         models: &models,
         stale: is_stale(&row),
+        spend: &spend,
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     super::runs_show::write(&mut out, store, id, &head)?;
@@ -373,6 +447,7 @@ fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
         escalations: &escalations,
         models: &models,
         stale: is_stale(&row),
+        spend: &spend_fields(&Spent::of(store, id)),
     };
     Ok(transcript::render(&view, Style::for_stdout()))
 }

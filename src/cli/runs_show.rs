@@ -23,6 +23,7 @@ pub struct Head<'a> {
     pub escalations: &'a [crate::store::EscalationRow],
     pub models: &'a [String],
     pub stale: bool,
+    pub spend: &'a [(&'static str, String)],
 }
 
 pub fn write(
@@ -80,6 +81,7 @@ fn view<'a>(
         escalations: head.escalations,
         models: head.models,
         stale: head.stale,
+        spend: head.spend,
     }
 }
 

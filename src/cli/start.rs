@@ -48,6 +48,12 @@ pub struct StartArgs {
     /// Token budget, input + output [default: front matter, else 200000]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Money budget in USD for the whole run, from the model's price (README "Models")
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Time budget for the whole run, e.g. 30m: time it is driven, across resumes
+    #[arg(long, value_name = "DURATION")]
+    pub max_duration: Option<humantime::Duration>,
     /// Print the model's streamed answer as JSON lines on stdout as it arrives
     /// ({"type":"text",…}, {"type":"tool_call",…}, {"type":"restart",…}), before the
     /// final answer (or --json object).
@@ -76,6 +82,12 @@ pub struct ResumeArgs {
     /// New token budget for the whole run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
+    /// Money budget in USD for the whole run, from the model's price (README "Models")
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
+    /// Time budget for the whole run, e.g. 30m: time it is driven, across resumes
+    #[arg(long, value_name = "DURATION")]
+    pub max_duration: Option<humantime::Duration>,
     /// Print the model's streamed answer as JSON lines on stdout as it arrives.
     #[arg(long)]
     pub stream_json: bool,
@@ -105,7 +117,9 @@ fn task_source(args: &StartArgs) -> anyhow::Result<(PathBuf, Option<String>)> {
     }
 }
 
-pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
+/// Everything `start` (and `submit`) check and read before anything is written: the
+/// task, tools.toml with its preflight, the model, the budgets, the config snapshot.
+pub(super) fn prepare(cli: &Cli, args: &StartArgs) -> anyhow::Result<(PathBuf, setup::Prepared)> {
     let (task_path, task_text) = task_source(args)?;
     let task = match &task_text {
         Some(t) => crate::task::parse(t, &task_path),
@@ -130,12 +144,22 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         model,
         max_steps: args.max_steps,
         max_tokens: args.max_tokens,
-        settings: args.model_settings.input().map_err(BadInput)?,
+        settings: budget_input(
+            args.model_settings.input().map_err(BadInput)?,
+            args.max_cost,
+            args.max_duration,
+        )?,
     })?;
     let max_steps = args.max_steps.unwrap_or(prepared.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(prepared.max_tokens);
     prepared.max_steps = max_steps;
     prepared.max_tokens = max_tokens;
+    Ok((task_path, prepared))
+}
+
+pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
+    let (task_path, prepared) = prepare(cli, args)?;
+    let (max_steps, max_tokens) = (prepared.max_steps, prepared.max_tokens);
     let store = Arc::new(open_store(&cli.db_path(), true)?);
     let snapshot = serde_json::to_string(&prepared.resolved.snapshot)?;
     let messages = [
@@ -206,10 +230,13 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     if let Some(spec) = &args.model {
         switch_model(&mut snapshot, spec, &row.task_path)?;
     }
+    let budgets = budget_input(Default::default(), args.max_cost, args.max_duration)?;
+    budgets.apply(&mut snapshot.settings);
+    setup::check_pricing(&snapshot.settings, &snapshot.models)?;
     let edited = crate::digest::changed(&snapshot.program_digests);
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;
-    if args.model.is_some() {
+    if args.model.is_some() || args.max_cost.is_some() || args.max_duration.is_some() {
         store.replace_snapshot(&lease, &serde_json::to_string(&resolved.snapshot)?)?;
     }
     let max_steps = args.max_steps.unwrap_or(row.max_steps);
@@ -238,6 +265,20 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         observer: progress.clone(),
     };
     drive(cli, &store, runner, &progress)
+}
+
+/// `--max-cost` / `--max-duration` over what the model flags gave, checked.
+fn budget_input(
+    mut input: crate::model::settings::SettingsInput,
+    max_cost: Option<f64>,
+    max_duration: Option<humantime::Duration>,
+) -> anyhow::Result<crate::model::settings::SettingsInput> {
+    input.max_cost = max_cost.or(input.max_cost);
+    input.max_duration = max_duration.map(Into::into).or(input.max_duration);
+    input
+        .validate()
+        .map_err(|e| BadInput(e.replace('`', "").replace("max_", "--max-")))?;
+    Ok(input)
 }
 
 /// `resume --model SPEC`: the run continues with SPEC alone. A script path resolves
@@ -449,7 +490,7 @@ fn spawn_heartbeat(store: Arc<Store>, lease: Lease) -> tokio::task::JoinHandle<(
     })
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         let _ = tokio::signal::ctrl_c().await;
@@ -467,6 +508,15 @@ fn waiting_on(store: &Store, id: &RunId) -> anyhow::Result<Option<crate::store::
         .escalations_for_run(id)?
         .into_iter()
         .find(|e| e.open && e.kind.pauses()))
+}
+
+/// A run's loop state as of its last commit (the default when it cannot be read).
+pub(super) fn stored_state(store: &Store, id: &RunId) -> LoopState {
+    store
+        .checkpoint(id)
+        .ok()
+        .and_then(|(_, json)| serde_json::from_str(&json).ok())
+        .unwrap_or_default()
 }
 
 /// A run's outcome as stored (for runs that are not driven now). `answer` is the
@@ -493,6 +543,7 @@ fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
         output_tokens: row.output_tokens,
         escalation_id: None,
         reason: row.error,
+        cost_usd: stored_state(store, id).cost_usd,
     })
 }
 

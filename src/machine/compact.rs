@@ -94,6 +94,12 @@ impl Machine<'_> {
         next.input_tokens += response.usage.input;
         next.output_tokens += response.usage.output;
         next.last_input = 0;
+        next.cost_usd += self
+            .rules
+            .spend
+            .pricing
+            .cost(&response.model, &response.usage);
+        next.active_ms = self.active_ms();
         let turns_left_out =
             self.turns_left_out() + context::turns_in_summary(&self.context, p.kept_from);
         next.compaction = Some(Compaction {
@@ -195,6 +201,7 @@ mod tests {
                 max_output_tokens: 200,
             }),
             keep_steps: None,
+            spend: Default::default(),
         };
         let state = LoopState {
             steps: 30,

@@ -32,6 +32,8 @@ pub mod escalate;
 pub mod guards;
 pub mod policy;
 mod reply;
+#[cfg(test)]
+mod spend_tests;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -64,6 +66,17 @@ pub struct Rules<'a> {
     /// older ones are counted as turns left out (issue 14: memory and resume flat at
     /// any run length). `None`: the context is what [`context`] says.
     pub keep_steps: Option<u32>,
+    /// Budgets in money (USD) and time (ms the run is driven), and how calls are
+    /// priced (issue 15).
+    pub spend: Spend,
+}
+
+/// The money and time budgets, and the prices they are counted in.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    pub max_cost: Option<f64>,
+    pub max_duration_ms: Option<u64>,
+    pub pricing: crate::model::prices::Pricing,
 }
 
 /// [`Rules::keep_steps`] for the scripted model: enough recent steps for a handover
@@ -84,6 +97,10 @@ pub struct Machine<'a> {
     windowed_out: u32,
     /// The step in progress, between its model response and its commit.
     step: Option<Step>,
+    /// The clock, as the driver last set it ([`Machine::set_now`]), and when this
+    /// process began driving the run (with the time driven before it).
+    now_ms: i64,
+    began: Option<(i64, u64)>,
 }
 
 /// A step between its model response and its commit.
@@ -125,6 +142,23 @@ impl<'a> Machine<'a> {
             compacting: None,
             windowed_out: 0,
             step: None,
+            now_ms: 0,
+            began: None,
+        }
+    }
+
+    /// The time, for the time budget: the driver sets it before each event (tests set
+    /// it by hand — no clock is read here).
+    pub fn set_now(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+    }
+
+    /// Time the run has been driven, across processes: what earlier ones committed
+    /// plus this process's time so far.
+    pub fn active_ms(&self) -> u64 {
+        match self.began {
+            Some((at, before)) => before + u64::try_from(self.now_ms - at).unwrap_or(0),
+            None => self.state.active_ms,
         }
     }
 
@@ -151,6 +185,7 @@ impl<'a> Machine<'a> {
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
         match event {
             Event::Start { escalations } => {
+                self.began = Some((self.now_ms, self.state.active_ms));
                 let mut out = self.apply_decisions(&escalations);
                 if !matches!(out.last(), Some(Effect::Stop(_))) {
                     out.extend(self.begin_step());
@@ -214,7 +249,9 @@ impl<'a> Machine<'a> {
     /// The guard, then the step's load.
     fn begin_step(&mut self) -> Vec<Effect> {
         let r = self.rules;
-        if let Some(stop) = check_budget(&self.state, r.max_steps, r.max_tokens) {
+        let spent = check_budget(&self.state, r.max_steps, r.max_tokens)
+            .or_else(|| state::check_spend(&self.state, self.active_ms(), &r.spend));
+        if let Some(stop) = spent {
             let reason = stop.message();
             return vec![
                 Effect::SetStatus {
@@ -245,6 +282,7 @@ impl<'a> Machine<'a> {
                 .map(Message::joined_text)
                 .unwrap_or_default(),
             budget_note(&self.state, r.max_steps, r.max_tokens)
+                + &state::spend_note(&self.state, self.active_ms(), &r.spend)
         );
         effects::Ask {
             step: self.state.steps + 1,

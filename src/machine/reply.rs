@@ -28,6 +28,11 @@ impl Machine<'_> {
         next.input_tokens += response.usage.input;
         next.output_tokens += response.usage.output;
         next.last_input = response.usage.input;
+        next.cost_usd += self
+            .rules
+            .spend
+            .pricing
+            .cost(&response.model, &response.usage);
         let assistant = response.message;
         let calls = assistant.tool_calls();
         if response.stop == ModelStop::MaxTokens {
@@ -227,7 +232,8 @@ fn report_all_tools_failed(
 impl Machine<'_> {
     /// The commit effect; the machine moves on as of it (a commit that fails ends the
     /// run in the driver).
-    fn commit(&mut self, c: Commit) -> Effect {
+    fn commit(&mut self, mut c: Commit) -> Effect {
+        c.state.active_ms = self.active_ms();
         self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
         self.window_context();

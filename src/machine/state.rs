@@ -64,10 +64,26 @@ impl LoopState {
 }
 
 /// Why the budget guard stops a run (never retried as a failure).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum BudgetStop {
-    Steps { used: u32, max: u32 },
-    Tokens { used: u64, max: u64 },
+    Steps {
+        used: u32,
+        max: u32,
+    },
+    Tokens {
+        used: u64,
+        max: u64,
+    },
+    /// USD (issue 15).
+    Cost {
+        used: f64,
+        max: f64,
+    },
+    /// Milliseconds the run has been driven (issue 15).
+    Duration {
+        used: u64,
+        max: u64,
+    },
 }
 
 impl BudgetStop {
@@ -79,6 +95,14 @@ impl BudgetStop {
             BudgetStop::Tokens { used, max } => {
                 format!("token budget spent: {used} of {max} tokens used")
             }
+            BudgetStop::Cost { used, max } => {
+                format!("cost budget spent: {} of {} used", usd(*used), usd(*max))
+            }
+            BudgetStop::Duration { used, max } => format!(
+                "time budget spent: {} of {} used",
+                seconds(*used),
+                seconds(*max)
+            ),
         }
     }
 }
@@ -98,6 +122,60 @@ pub fn check_budget(state: &LoopState, max_steps: u32, max_tokens: u64) -> Optio
         });
     }
     None
+}
+
+/// The money and time guard (issue 15): cost so far, and time driven so far.
+pub fn check_spend(state: &LoopState, active_ms: u64, spend: &super::Spend) -> Option<BudgetStop> {
+    if let Some(max) = spend.max_cost
+        && state.cost_usd >= max
+    {
+        return Some(BudgetStop::Cost {
+            used: state.cost_usd,
+            max,
+        });
+    }
+    if let Some(max) = spend.max_duration_ms
+        && active_ms >= max
+    {
+        return Some(BudgetStop::Duration {
+            used: active_ms,
+            max,
+        });
+    }
+    None
+}
+
+/// The budget line's money and time part, when those budgets are set.
+pub fn spend_note(state: &LoopState, active_ms: u64, spend: &super::Spend) -> String {
+    let mut out = String::new();
+    if let Some(max) = spend.max_cost {
+        let left = (max - state.cost_usd).max(0.0);
+        out += &format!(" {} of {} remain.", usd(left), usd(max));
+    }
+    if let Some(max) = spend.max_duration_ms {
+        let left = max.saturating_sub(active_ms);
+        out += &format!(" {} of {} time remain.", seconds(left), seconds(max));
+    }
+    out
+}
+
+/// USD as shown to people: `$0.0123`, `$12.50`.
+pub fn usd(v: f64) -> String {
+    if v != 0.0 && v.abs() < 1.0 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.2}")
+    }
+}
+
+/// A duration as shown to people: whole seconds, or milliseconds under ten seconds.
+fn seconds(ms: u64) -> String {
+    let d = if ms < 10_000 {
+        std::time::Duration::from_millis(ms)
+    } else {
+        std::time::Duration::from_secs(ms / 1000)
+    };
+    humantime::format_duration(d).to_string()
 }
 
 /// The line appended to the system prompt of every request so the model can wrap up

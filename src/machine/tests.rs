@@ -61,6 +61,7 @@ impl H {
             max_tokens: 10_000,
             window: None,
             keep_steps: None,
+            spend: Default::default(),
         };
         let messages = vec![
             Message::text(Role::System, "sys"),

@@ -14,6 +14,7 @@ fn the_window_keeps_the_last_steps_and_counts_the_turns_left_out() {
         max_tokens: 100_000,
         window: None,
         keep_steps: Some(2),
+        spend: Default::default(),
     };
     let opening = vec![
         Message::text(Role::System, "sys"),

@@ -6,6 +6,7 @@ pub mod error;
 pub mod limits;
 pub mod openai;
 pub mod pairing;
+pub mod prices;
 pub mod retry;
 pub mod script;
 pub mod settings;

@@ -4,6 +4,7 @@
 //! The settings are stored in the run's config snapshot, so a resumed run asks the
 //! model exactly as it started (durations as milliseconds, plain numbers in JSON).
 
+use super::prices::Price;
 use super::retry::ModelRetryPolicy;
 use super::wire::Timeouts;
 use serde::{Deserialize, Serialize};
@@ -96,6 +97,15 @@ pub struct ModelSettings {
     pub max_retry_after_ms: u64,
     /// How long a model that failed is skipped by the rest of the run (breaker).
     pub cooldown_ms: u64,
+    /// The run's own price for every model (`None`: the shipped table's, issue 15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price: Option<Price>,
+    /// Money budget in USD for the whole run (issue 15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<f64>,
+    /// Time budget for the whole run: wall-clock time it is driven, across resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
 }
 
 impl Default for ModelSettings {
@@ -116,6 +126,9 @@ impl Default for ModelSettings {
             max_backoff_ms: ms(d.max),
             max_retry_after_ms: ms(d.max_retry_after),
             cooldown_ms: ms(d.cooldown),
+            price: None,
+            max_cost: None,
+            max_duration_ms: None,
         }
     }
 }
@@ -148,6 +161,11 @@ impl ModelSettings {
     pub fn context_window_for(&self, model: &str) -> Option<u64> {
         self.context_window.or_else(|| known_context_window(model))
     }
+
+    /// How the run prices its model calls.
+    pub fn pricing(&self) -> super::prices::Pricing {
+        super::prices::Pricing { given: self.price }
+    }
 }
 
 /// Settings as given by the task's front matter or the command line: only what was
@@ -168,6 +186,9 @@ pub struct SettingsInput {
     pub max_backoff: Option<Duration>,
     pub max_retry_after: Option<Duration>,
     pub cooldown: Option<Duration>,
+    pub price: Option<Price>,
+    pub max_cost: Option<f64>,
+    pub max_duration: Option<Duration>,
 }
 
 impl SettingsInput {
@@ -201,6 +222,15 @@ impl SettingsInput {
         }
         if let Some(v) = self.attempts {
             s.attempts = v;
+        }
+        if let Some(v) = self.price {
+            s.price = Some(v);
+        }
+        if let Some(v) = self.max_cost {
+            s.max_cost = Some(v);
+        }
+        if let Some(v) = self.max_duration {
+            s.max_duration_ms = Some(ms(v));
         }
         for (from, to) in [
             (self.backoff, &mut s.backoff_ms),
@@ -243,6 +273,15 @@ impl SettingsInput {
         }
         if self.context_window == Some(0) {
             return Err("`context_window` must be positive".into());
+        }
+        if let Some(p) = &self.price {
+            p.validate()?;
+        }
+        if self.max_cost.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return Err("`max_cost` must be a positive number of USD".into());
+        }
+        if self.max_duration.is_some_and(|d| d.is_zero()) {
+            return Err("`max_duration` must be longer than 0s".into());
         }
         Ok(())
     }

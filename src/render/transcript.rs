@@ -31,6 +31,8 @@ pub struct RunView<'a> {
     pub models: &'a [String],
     /// A `running` run whose process is gone (issue 13).
     pub stale: bool,
+    /// Header fields for money and time (issue 15), shown after `tokens`.
+    pub spend: &'a [(&'static str, String)],
 }
 
 pub fn render(v: &RunView<'_>, style: Style) -> String {
@@ -126,6 +128,9 @@ fn header(v: &RunView<'_>, s: Style) -> String {
             r.output_tokens
         ),
     );
+    for (name, value) in v.spend {
+        field(name, value.clone());
+    }
     // Local times for people; `--json` keeps RFC 3339 in UTC.
     field("created", crate::timefmt::local(r.created_at));
     field("updated", crate::timefmt::local(r.updated_at));

@@ -18,7 +18,7 @@ use crate::machine::context::{self, Context, Window};
 use crate::machine::effects::{Ask, Commit, Notice, RunCall};
 use crate::machine::guards::RunGuards;
 use crate::machine::state::LoopState;
-use crate::machine::{Effect, Event, Machine, Rules, Stop, StopReason};
+use crate::machine::{Effect, Event, Machine, Rules, Spend, Stop, StopReason};
 use crate::model::{self, ModelRequest, Purpose};
 use crate::recovery::{self, Execution, chain::Chain};
 use crate::setup::Resolved;
@@ -48,6 +48,8 @@ pub struct RunOutcome {
     pub escalation_id: Option<EscalationId>,
     /// Why the run stopped, when it is not completed.
     pub reason: Option<String>,
+    /// Money spent on model calls (USD, from the price table; issue 15).
+    pub cost_usd: f64,
 }
 
 pub struct Runner {
@@ -119,6 +121,11 @@ impl Runner {
             max_tokens: self.max_tokens,
             window,
             keep_steps,
+            spend: Spend {
+                max_cost: self.resolved.snapshot.settings.max_cost,
+                max_duration_ms: self.resolved.snapshot.settings.max_duration_ms,
+                pricing: self.resolved.snapshot.settings.pricing(),
+            },
         };
         let mut machine = Machine::new(rules, state, context).windowed_out(windowed_out);
         let observer = self.observer.clone();
@@ -128,7 +135,8 @@ impl Runner {
             escalation: Cell::new(None),
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;
-        let mut pending: VecDeque<Effect> = machine.handle(Event::Start { escalations }).into();
+        let mut pending: VecDeque<Effect> =
+            handle(&mut machine, self, Event::Start { escalations }).into();
         // The calls of a step running at once (issue 14): each is started as its
         // effect comes, and its answer fed back as soon as it finishes.
         let mut running: Vec<Running<'_>> = Vec::new();
@@ -138,7 +146,7 @@ impl Runner {
                     break;
                 }
                 let event = next_finished(&mut running).await;
-                pending.extend(machine.handle(event));
+                pending.extend(handle(&mut machine, self, event));
                 continue;
             };
             match effect {
@@ -148,7 +156,7 @@ impl Runner {
                 Effect::Stop(stop) => {
                     pending.push_front(Effect::Stop(stop));
                     let event = next_finished(&mut running).await;
-                    pending.extend(machine.handle(event));
+                    pending.extend(handle(&mut machine, self, event));
                 }
                 Effect::RunCall(call) => {
                     let guard = machine.pending_state().clone();
@@ -156,7 +164,7 @@ impl Runner {
                 }
                 effect => {
                     if let Some(event) = d.perform(&machine, effect).await? {
-                        pending.extend(machine.handle(event));
+                        pending.extend(handle(&mut machine, self, event));
                     }
                 }
             }
@@ -171,7 +179,15 @@ impl Runner {
             },
         ))
     }
+}
 
+/// Feeds the machine an event at the clock's time (the time budget reads it).
+fn handle(machine: &mut Machine<'_>, runner: &Runner, event: Event) -> Vec<Effect> {
+    machine.set_now(runner.clock.now_ms());
+    machine.handle(event)
+}
+
+impl Runner {
     /// The loop state and the context the next request needs: the opening and the
     /// steps from [`context::first_step_needed`] on (after a compaction, the steps it
     /// summarised are not kept in memory).
@@ -337,6 +353,8 @@ impl Drive<'_> {
             tokens: m.state().tokens_used(),
             max_tokens: r.max_tokens,
             model: &model,
+            cost_usd: m.state().cost_usd,
+            max_cost: r.resolved.snapshot.settings.max_cost,
         });
         let first = match self.call_models(&req).await {
             Ok(resp) => resp,
@@ -564,6 +582,7 @@ impl Drive<'_> {
             output_tokens: state.output_tokens,
             escalation_id,
             reason,
+            cost_usd: state.cost_usd,
         }
     }
 }

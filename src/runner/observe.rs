@@ -16,6 +16,9 @@ pub struct StepStart<'a> {
     pub tokens: u64,
     pub max_tokens: u64,
     pub model: &'a str,
+    /// Money spent so far (USD, issue 15), and the budget when one is set.
+    pub cost_usd: f64,
+    pub max_cost: Option<f64>,
 }
 
 /// The runner's audience: live progress in the CLI, nothing in tests.

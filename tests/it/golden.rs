@@ -11,13 +11,14 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Keys whose values depend on the wall clock, on measured time or on jitter.
-const VARYING: [&str; 6] = [
+const VARYING: [&str; 7] = [
     "at",
     "created_at",
     "updated_at",
     "resolved_at",
     "elapsed_ms",
     "delay_ms",
+    "duration_ms",
 ];
 
 struct Session {

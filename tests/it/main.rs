@@ -5,6 +5,7 @@ mod common;
 mod exactly_once;
 
 mod bad_input;
+mod budgets;
 mod cli_ux;
 mod compaction;
 mod core;
@@ -22,6 +23,7 @@ mod parallel;
 mod pg;
 mod providers;
 mod providers_e2e;
+mod queue;
 mod reading_runs;
 mod recovery_e2e;
 mod scale;
