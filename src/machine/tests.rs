@@ -731,7 +731,10 @@ fn a_response_cut_at_the_token_limit_keeps_its_text_only_and_fails() {
     r.stop = ModelStop::MaxTokens;
     // The first cut is asked again once (`machine::cut`); the second ends the run.
     let again = m.handle(Event::ModelReplied(r.clone()));
-    assert!(matches!(again.last(), Some(Effect::AskModel(_))), "{again:?}");
+    assert!(
+        matches!(again.last(), Some(Effect::AskModel(_))),
+        "{again:?}"
+    );
     let out = m.handle(Event::ModelReplied(r));
     let c = commit(&out);
     assert_eq!(c.status, RunStatus::Failed);
