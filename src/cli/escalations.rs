@@ -218,6 +218,14 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
     store.resolve_escalation(e.id, &resolution, &by)?;
+    // A queue run goes back to the queue once nothing else is pending (issue 17); a
+    // worker continues it. (`--resume` continues it here instead: it takes the lease.)
+    if !args.resume && store.requeue(&e.run_id)? && !cli.quiet && !cli.json {
+        eprintln!(
+            "agentrun: run {} is queued again; a worker (`agentrun worker`) continues it",
+            e.run_id
+        );
+    }
     if args.resume {
         // stdout is the resumed run's (answer or JSON); the decision goes to stderr.
         if !cli.quiet && !cli.json {

@@ -7,6 +7,7 @@ mod init;
 mod model_args;
 mod output;
 pub mod progress;
+mod queue;
 mod runs;
 mod runs_show;
 pub mod settings;
@@ -36,7 +37,7 @@ impl Exit {
     pub fn for_status(status: RunStatus) -> Exit {
         match status {
             RunStatus::Completed => Exit::Completed,
-            RunStatus::Failed | RunStatus::Running => Exit::Failed,
+            RunStatus::Failed | RunStatus::Running | RunStatus::Queued => Exit::Failed,
             RunStatus::AwaitingApproval | RunStatus::Escalated => Exit::NeedsHuman,
             RunStatus::BudgetExhausted => Exit::Guard,
             RunStatus::Interrupted => Exit::Interrupted,
@@ -113,6 +114,11 @@ pub struct Cli {
 pub enum Command {
     Start(start::StartArgs),
     Resume(start::ResumeArgs),
+    /// Queue a run for the workers: check and snapshot everything as `start` does,
+    /// record the run as `queued`, print its id (issue 17).
+    #[command(long_about = None)]
+    Submit(start::StartArgs),
+    Worker(queue::WorkerArgs),
     /// List and inspect runs.
     #[command(subcommand)]
     Runs(runs::RunsCmd),
@@ -217,6 +223,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
     match &cli.command {
         Command::Start(args) => start::start(&cli, args),
         Command::Resume(args) => start::resume(&cli, args),
+        Command::Submit(args) => queue::submit(&cli, args),
+        Command::Worker(args) => queue::worker(&cli, args),
         Command::Runs(cmd) => runs::run(&cli, cmd),
         Command::Escalations(cmd) => escalations::run(&cli, cmd),
         Command::Tools(cmd) => tools::run(&cli, cmd),

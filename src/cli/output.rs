@@ -52,7 +52,7 @@ pub fn outcome_line(o: &RunOutcome) -> String {
 
 /// One element of `runs list --json`.
 pub fn run_summary_json(r: &RunRow) -> Value {
-    json!({
+    let mut v = json!({
         "id": r.id.as_str(),
         "status": r.status.as_str(),
         "steps": r.steps,
@@ -60,7 +60,12 @@ pub fn run_summary_json(r: &RunRow) -> Value {
         "task": r.task,
         "created_at": rfc3339(r.created_at),
         "updated_at": rfc3339(r.updated_at),
-    })
+    });
+    // The worker holding the run, only when a worker does (issue 17).
+    if let Some(w) = &r.worker {
+        v["worker"] = w.as_str().into();
+    }
+    v
 }
 
 /// `runs show --json`: the run's fields plus `messages`, `tool_calls` and `events`.

@@ -99,11 +99,14 @@ pub enum StatusArg {
     BudgetExhausted,
     Interrupted,
     Failed,
+    // Submitted and waiting for a worker (issue 17).
+    Queued,
 }
 
 impl StatusArg {
     fn status(self) -> RunStatus {
         match self {
+            StatusArg::Queued => RunStatus::Queued,
             StatusArg::Running => RunStatus::Running,
             StatusArg::Completed => RunStatus::Completed,
             StatusArg::AwaitingApproval => RunStatus::AwaitingApproval,
@@ -214,8 +217,20 @@ fn parse_since(s: &str) -> anyhow::Result<i64> {
 /// A `running` run that no live process holds: killed with -9, or its machine went
 /// down. (A reused pid can make a dead run look alive; the lease expiry still lets
 /// `resume` take it.)
+///
+/// A run a worker holds may be on another machine, so its pid says nothing here: it is
+/// stale when its heartbeat is older than the lease TTL (issue 17).
 pub fn is_stale(r: &RunRow) -> bool {
-    r.status == RunStatus::Running && !r.lease_pid.is_some_and(pid_alive)
+    if r.status != RunStatus::Running {
+        return false;
+    }
+    if r.worker.is_some() {
+        let now = crate::clock::Clock::now_ms(&SystemClock);
+        return r
+            .heartbeat
+            .is_none_or(|h| now - h > crate::store::LEASE_TTL_MS);
+    }
+    !r.lease_pid.is_some_and(pid_alive)
 }
 
 fn pid_alive(pid: i64) -> bool {

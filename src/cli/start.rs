@@ -117,7 +117,9 @@ fn task_source(args: &StartArgs) -> anyhow::Result<(PathBuf, Option<String>)> {
     }
 }
 
-pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
+/// Everything `start` (and `submit`) check and read before anything is written: the
+/// task, tools.toml with its preflight, the model, the budgets, the config snapshot.
+pub(super) fn prepare(cli: &Cli, args: &StartArgs) -> anyhow::Result<(PathBuf, setup::Prepared)> {
     let (task_path, task_text) = task_source(args)?;
     let task = match &task_text {
         Some(t) => crate::task::parse(t, &task_path),
@@ -152,6 +154,12 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
     let max_tokens = args.max_tokens.unwrap_or(prepared.max_tokens);
     prepared.max_steps = max_steps;
     prepared.max_tokens = max_tokens;
+    Ok((task_path, prepared))
+}
+
+pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
+    let (task_path, prepared) = prepare(cli, args)?;
+    let (max_steps, max_tokens) = (prepared.max_steps, prepared.max_tokens);
     let store = Arc::new(open_store(&cli.db_path(), true)?);
     let snapshot = serde_json::to_string(&prepared.resolved.snapshot)?;
     let messages = [
@@ -482,7 +490,7 @@ fn spawn_heartbeat(store: Arc<Store>, lease: Lease) -> tokio::task::JoinHandle<(
     })
 }
 
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         let _ = tokio::signal::ctrl_c().await;

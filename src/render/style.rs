@@ -65,7 +65,7 @@ impl Style {
         let s = status.as_str();
         match status {
             S::Completed => self.green(s),
-            S::Running => self.cyan(s),
+            S::Running | S::Queued => self.cyan(s),
             S::AwaitingApproval | S::Escalated | S::BudgetExhausted | S::Interrupted => {
                 self.yellow(s)
             }

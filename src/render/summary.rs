@@ -62,6 +62,9 @@ fn next_step(o: &RunOutcome) -> Option<String> {
         RunStatus::Interrupted | RunStatus::Running => {
             Some(format!("continue with `agentrun resume {id}`"))
         }
+        RunStatus::Queued => Some(format!(
+            "a worker (`agentrun worker`) takes it; or run it here with `agentrun resume {id}`"
+        )),
     }
 }
 

@@ -31,10 +31,11 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
         .map(|r| {
             [
                 r.id.to_string(),
-                if (opts.stale)(r) {
-                    "stale".to_string()
-                } else {
-                    r.status.to_string()
+                match (&r.worker, r.status) {
+                    _ if (opts.stale)(r) => "stale".to_string(),
+                    // Which worker holds it (issue 17).
+                    (Some(w), crate::store::RunStatus::Running) => format!("running ({w})"),
+                    _ => r.status.to_string(),
                 },
                 r.steps.to_string(),
                 (r.input_tokens + r.output_tokens).to_string(),

@@ -101,6 +101,13 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO run_snapshots (run_id, snapshot) SELECT id, snapshot FROM runs;
     ALTER TABLE runs DROP COLUMN snapshot;
     "#,
+    // 4: the run queue (issue 17): which runs are the queue's (submitted; workers take
+    // them), the worker holding a run, and an index for the workers' claims.
+    r#"
+    ALTER TABLE runs ADD COLUMN queue INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE runs ADD COLUMN lease_worker TEXT;
+    CREATE INDEX runs_claimable ON runs (created_at) WHERE queue = 1 AND status IN ('queued', 'running');
+    "#,
 ];
 
 pub(super) fn migrate(store: &SqliteStore, from: i64) -> Result<()> {

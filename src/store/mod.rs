@@ -40,7 +40,7 @@ pub use detail::{
 };
 pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
-pub use runs::{Lease, NewRun, RunRow, RunStatus};
+pub use runs::{LEASE_TTL_MS, Lease, NewRun, RunRow, RunStatus};
 
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
@@ -245,6 +245,17 @@ delegate! {
     /// Takes the lease of a run for this process. Refused while another live holder
     /// has it; a holder that died or went silent is replaced.
     fn acquire(&self, id: &RunId) -> Result<Lease>;
+    /// Queues a run for the workers (`agentrun submit`): `queued`, held by nobody.
+    fn submit_run(&self, new: &NewRun<'_>) -> Result<()>;
+    /// Takes the oldest claimable queue run for `worker` (queued, or running under a
+    /// lease silent for longer than `ttl`), raising its fencing token.
+    fn claim(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>>;
+    /// Hands a queue run that waited for a person back to the queue, once nothing is pending.
+    fn requeue(&self, id: &RunId) -> Result<bool>;
+    /// Gives a held queue run back to the queue (a worker stopping).
+    fn release_to_queue(&self, lease: &Lease) -> Result<()>;
+    /// How many queue runs are `queued` and `running`.
+    fn queue_counts(&self) -> Result<(u64, u64)>;
     /// Gives the run up (the process is about to exit).
     fn release(&self, lease: &Lease) -> Result<()>;
     /// Refreshes the lease's heartbeat; fails when another process took the run.

@@ -23,6 +23,7 @@ mod parallel;
 mod pg;
 mod providers;
 mod providers_e2e;
+mod queue;
 mod reading_runs;
 mod recovery_e2e;
 mod scale;

@@ -1,6 +1,7 @@
 //! The durability suite on a real PostgreSQL (issue 17): the same test bodies as the
 //! SQLite ones — every crash point resumed, racing resumes, a stale holder fenced
-//! after a takeover, lease expiry and heartbeats, parallel runs on one database —
+//! after a takeover, lease expiry and heartbeats, parallel runs on one database, and
+//! the queue (workers draining it, a kill -9'd worker taken over, SIGTERM, re-queue) —
 //! run against the server `AGENTRUN_TEST_PG` names, each project in a fresh schema.
 //!
 //! Without `AGENTRUN_TEST_PG` the suite prints one line saying how to enable it (the
@@ -37,7 +38,7 @@ fn the_durability_suite_passes_on_postgresql() {
     };
     std::thread::scope(|s| {
         let db = &db;
-        let suites: [(&str, Suite); 7] = [
+        let suites: [(&str, Suite); 11] = [
             ("crash points", crate::crash::every_crash_point),
             ("racing resumes", crate::lease::four_racing_resumes),
             ("parallel runs", crate::lease::four_runs_in_parallel),
@@ -45,6 +46,22 @@ fn the_durability_suite_passes_on_postgresql() {
             ("live holder keeps", crate::lease::live_holder_keeps),
             ("silent holder loses", crate::lease::silent_holder_loses),
             ("heartbeat keeps", crate::lease::heartbeat_keeps),
+            (
+                "workers drain the queue",
+                crate::queue::workers_drain_the_queue,
+            ),
+            (
+                "kill -9 takeover",
+                crate::queue::a_killed_worker_is_taken_over_without_repeating_effects,
+            ),
+            (
+                "sigterm hands back",
+                crate::queue::sigterm_hands_the_run_back_to_the_queue,
+            ),
+            (
+                "resolve requeues",
+                crate::queue::resolving_an_escalation_requeues_the_run,
+            ),
         ];
         let handles: Vec<_> = suites
             .into_iter()
