@@ -79,6 +79,7 @@ impl Machine<'_> {
                 max_output_tokens: window.summary_output_tokens(),
             }),
             turns_left_out: self.turns_left_out(),
+            after_cut: None,
         }
     }
 
@@ -126,6 +127,7 @@ impl Machine<'_> {
                     p.estimate,
                     self.rules.window.map_or(0, |w| w.tokens),
                 ),
+                at_ms: None,
             }),
             Effect::Notice(Notice::Compacted {
                 step: number,
@@ -201,6 +203,7 @@ mod tests {
                 max_output_tokens: 200,
             }),
             keep_steps: None,
+            output_cap: Default::default(),
             spend: Default::default(),
         };
         let state = LoopState {

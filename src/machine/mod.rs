@@ -27,6 +27,7 @@ mod batch;
 mod calls;
 mod compact;
 pub mod context;
+pub mod cut;
 pub mod effects;
 pub mod escalate;
 pub mod guards;
@@ -66,6 +67,8 @@ pub struct Rules<'a> {
     /// older ones are counted as turns left out (issue 14: memory and resume flat at
     /// any run length). `None`: the context is what [`context`] says.
     pub keep_steps: Option<u32>,
+    /// The output cap of a request, and of the one retry after a cut-off response.
+    pub output_cap: cut::OutputCap,
     /// Budgets in money (USD) and time (ms the run is driven), and how calls are
     /// priced (issue 15).
     pub spend: Spend,
@@ -95,6 +98,9 @@ pub struct Machine<'a> {
     compacting: Option<compact::Pending>,
     /// Assistant turns the [`Rules::keep_steps`] window left out of the context.
     windowed_out: u32,
+    /// The usage of the step's first response, dropped because it was cut off
+    /// ([`cut`]); added to the second's.
+    cut: Option<crate::model::Usage>,
     /// The step in progress, between its model response and its commit.
     step: Option<Step>,
     /// The clock, as the driver last set it ([`Machine::set_now`]), and when this
@@ -141,6 +147,7 @@ impl<'a> Machine<'a> {
             context,
             compacting: None,
             windowed_out: 0,
+            cut: None,
             step: None,
             now_ms: 0,
             began: None,
@@ -213,7 +220,15 @@ impl<'a> Machine<'a> {
                 out.extend(self.finish_compaction(response));
                 out
             }
-            Event::ModelReplied(response) => {
+            Event::ModelReplied(response)
+                if response.stop == crate::model::StopReason::MaxTokens && self.cut.is_none() =>
+            {
+                self.ask_after_cut(response)
+            }
+            Event::ModelReplied(mut response) => {
+                if let Some(dropped) = self.cut.take() {
+                    response.usage.add(dropped);
+                }
                 let mut out = vec![Effect::RecordModelTurn {
                     step: self.state.steps + 1,
                     response: response.clone(),
@@ -221,7 +236,10 @@ impl<'a> Machine<'a> {
                 out.extend(self.reply(response, Vec::new(), &[]));
                 out
             }
-            Event::ModelFailed(error) => self.fail_model(&error),
+            Event::ModelFailed(error) => {
+                self.cut = None;
+                self.fail_model(&error)
+            }
             Event::CallRan { call_id, execution } => self.call_ran(&call_id, execution),
         }
     }
@@ -290,6 +308,7 @@ impl<'a> Machine<'a> {
             tools: self.offered_tools(&self.state),
             summary: None,
             turns_left_out: self.turns_left_out(),
+            after_cut: None,
         }
     }
 

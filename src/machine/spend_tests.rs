@@ -26,6 +26,7 @@ fn machine<'a>(
         max_tokens: 1_000_000,
         window: None,
         keep_steps: None,
+        output_cap: Default::default(),
         spend,
     };
     let opening = Context::opening(vec![
