@@ -13,6 +13,8 @@
 # p50/p99 step latency (gap between a run's consecutive tool starts: model turn +
 # journal + tool + step commit), commits/s, and checks: every run completed, no
 # (run, call) effect twice, no step lost (every run has STEPS+1 steps).
+# "step max" in a kill case is the longest pause of any run: the takeover time after a
+# worker died (TTL silence + one poll + the resumed step). ONLY_KILL=1 runs only those.
 # BIN defaults to the debug build (cargo build); set BIN=target/release/agentrun.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -100,15 +102,15 @@ for v in starts.values():
 gaps.sort()
 q = lambda p: gaps[min(len(gaps) - 1, int(p * len(gaps)))] if gaps else 0
 commits = sum(r["steps"] for r in runs)
-print(f"| {label} | {n} | {wall:.1f} | {done/wall:.1f} | {q(0.5)} | {q(0.99)} | {commits/wall:.0f} | {done}/{n} | {full} | {sum(calls.values())} | {dups} | {kills} |")
+print(f"| {label} | {n} | {wall:.1f} | {done/wall:.1f} | {q(0.5)} | {q(0.99)} | {gaps[-1] if gaps else 0} | {commits/wall:.0f} | {done}/{n} | {full} | {sum(calls.values())} | {dups} | {kills} |")
 P
 }
 
-echo "| case | runs | wall s | runs/s | step p50 ms | step p99 ms | step commits/s | completed | all steps | effects | dup effects | kills |" | tee "$OUT"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|" | tee -a "$OUT"
+echo "| case | runs | wall s | runs/s | step p50 ms | step p99 ms | step max ms | step commits/s | completed | all steps | effects | dup effects | kills |" | tee "$OUT"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|" | tee -a "$OUT"
 backends=(sqlite); [ -n "${AGENTRUN_TEST_PG:-}" ] && backends+=(pg)
 for b in "${backends[@]}"; do
-  for w in "${WORKERS[@]}"; do run_case "$b" "$w" 0; done
+  [ -z "${ONLY_KILL:-}" ] && for w in "${WORKERS[@]}"; do run_case "$b" "$w" 0; done
   run_case "$b" 2 1
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" | tee -a "$OUT"
