@@ -78,6 +78,7 @@ impl Machine<'_> {
                 max_output_tokens: window.summary_output_tokens(),
             }),
             turns_left_out: self.turns_left_out(),
+            after_cut: None,
         }
     }
 
@@ -199,6 +200,7 @@ mod tests {
                 tokens: 2000,
                 max_output_tokens: 200,
             }),
+            output_cap: Default::default(),
             spend: Default::default(),
         };
         let state = LoopState {

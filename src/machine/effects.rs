@@ -118,6 +118,16 @@ pub struct Ask {
     pub summary: Option<SummaryAsk>,
     /// Assistant turns of the transcript that are not in the context (compacted).
     pub turns_left_out: u32,
+    /// The step's first response was cut at the output limit: ask again once with
+    /// this note after the context and this cap (issue 15).
+    pub after_cut: Option<AfterCut>,
+}
+
+/// The second request of a step whose first response was cut off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AfterCut {
+    pub note: Message,
+    pub max_output_tokens: u32,
 }
 
 /// What a compaction request sends instead of the context.

@@ -27,6 +27,7 @@ mod batch;
 mod calls;
 mod compact;
 pub mod context;
+pub mod cut;
 pub mod effects;
 pub mod escalate;
 pub mod guards;
@@ -61,6 +62,8 @@ pub struct Rules<'a> {
     pub max_tokens: u64,
     /// The model's context window; `None`: unknown, never compacted (issue 15).
     pub window: Option<Window>,
+    /// The output cap of a request, and of the one retry after a cut-off response.
+    pub output_cap: cut::OutputCap,
     /// Budgets in money (USD) and time (ms the run is driven), and how calls are
     /// priced (issue 15).
     pub spend: Spend,
@@ -83,6 +86,9 @@ pub struct Machine<'a> {
     context: Context,
     /// A compaction asked for and not yet committed ([`compact`]).
     compacting: Option<compact::Pending>,
+    /// The usage of the step's first response, dropped because it was cut off
+    /// ([`cut`]); added to the second's.
+    cut: Option<crate::model::Usage>,
     /// The step in progress, between its model response and its commit.
     step: Option<Step>,
     /// The clock, as the driver last set it ([`Machine::set_now`]), and when this
@@ -128,6 +134,7 @@ impl<'a> Machine<'a> {
             state,
             context,
             compacting: None,
+            cut: None,
             step: None,
             now_ms: 0,
             began: None,
@@ -180,7 +187,15 @@ impl<'a> Machine<'a> {
                 out.extend(self.finish_compaction(response));
                 out
             }
-            Event::ModelReplied(response) => {
+            Event::ModelReplied(response)
+                if response.stop == crate::model::StopReason::MaxTokens && self.cut.is_none() =>
+            {
+                self.ask_after_cut(response)
+            }
+            Event::ModelReplied(mut response) => {
+                if let Some(dropped) = self.cut.take() {
+                    response.usage.add(dropped);
+                }
                 let mut out = vec![Effect::RecordModelTurn {
                     step: self.state.steps + 1,
                     response: response.clone(),
@@ -188,7 +203,10 @@ impl<'a> Machine<'a> {
                 out.extend(self.reply(response, Vec::new(), &[]));
                 out
             }
-            Event::ModelFailed(error) => self.fail_model(&error),
+            Event::ModelFailed(error) => {
+                self.cut = None;
+                self.fail_model(&error)
+            }
             Event::CallRan { call_id, execution } => self.call_ran(&call_id, execution),
         }
     }
@@ -257,6 +275,7 @@ impl<'a> Machine<'a> {
             tools: self.offered_tools(&self.state),
             summary: None,
             turns_left_out: self.turns_left_out(),
+            after_cut: None,
         }
     }
 

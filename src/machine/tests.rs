@@ -60,6 +60,7 @@ impl H {
             max_steps: 5,
             max_tokens: 10_000,
             window: None,
+            output_cap: Default::default(),
             spend: Default::default(),
         };
         let messages = vec![
@@ -728,6 +729,12 @@ fn a_response_cut_at_the_token_limit_keeps_its_text_only_and_fails() {
     ask(&mut m);
     let mut r = reply(vec![text("partial"), call("c1", "lookup", json!({}))]);
     r.stop = ModelStop::MaxTokens;
+    // The first cut is asked again once (`machine::cut`); the second ends the run.
+    let again = m.handle(Event::ModelReplied(r.clone()));
+    assert!(
+        matches!(again.last(), Some(Effect::AskModel(_))),
+        "{again:?}"
+    );
     let out = m.handle(Event::ModelReplied(r));
     let c = commit(&out);
     assert_eq!(c.status, RunStatus::Failed);

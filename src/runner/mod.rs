@@ -15,6 +15,7 @@ pub mod observe;
 use crate::clock::Clock;
 use crate::fault;
 use crate::machine::context::{self, Context, Window};
+use crate::machine::cut::OutputCap;
 use crate::machine::effects::{Ask, Commit, Notice, RunCall};
 use crate::machine::guards::RunGuards;
 use crate::machine::state::LoopState;
@@ -27,7 +28,7 @@ use crate::store::{
     StoreError,
 };
 use crate::tools::CallContext;
-use crate::trace::{EventBuffer, EventSink, NoteKind, TraceEvent};
+use crate::trace::{EventBuffer, EventSink};
 use observe::{Observer, StepStart};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -117,6 +118,10 @@ impl Runner {
             max_steps: self.max_steps,
             max_tokens: self.max_tokens,
             window: self.window(),
+            output_cap: OutputCap {
+                first: self.resolved.snapshot.max_output_tokens,
+                retry: self.resolved.snapshot.settings.max_output_tokens_retry,
+            },
             spend: Spend {
                 max_cost: self.resolved.snapshot.settings.max_cost,
                 max_duration_ms: self.resolved.snapshot.settings.max_duration_ms,
@@ -301,10 +306,16 @@ impl Drive<'_> {
     async fn ask(&self, m: &Machine<'_>, ask: &Ask) -> Event {
         let r = self.runner;
         let live = observe::LiveView(r.observer.as_ref());
-        let (messages, max_output_tokens, purpose) = match &ask.summary {
-            Some(s) => (&s.messages[..], s.max_output_tokens, Purpose::Summary),
-            None => (
-                m.messages().get(1..).unwrap_or(&[]),
+        let context = m.messages().get(1..).unwrap_or(&[]);
+        let with_note: Vec<model::Message>;
+        let (messages, max_output_tokens, purpose) = match (&ask.summary, &ask.after_cut) {
+            (Some(s), _) => (&s.messages[..], s.max_output_tokens, Purpose::Summary),
+            (None, Some(cut)) => {
+                with_note = context.iter().chain([&cut.note]).cloned().collect();
+                (&with_note[..], cut.max_output_tokens, Purpose::Step)
+            }
+            (None, None) => (
+                context,
                 r.resolved.snapshot.max_output_tokens,
                 Purpose::Step,
             ),
@@ -324,65 +335,20 @@ impl Drive<'_> {
             .first()
             .map(|p| p.describe())
             .unwrap_or_default();
-        r.observer.step_started(&StepStart {
-            step: ask.step,
-            max_steps: r.max_steps,
-            tokens: m.state().tokens_used(),
-            max_tokens: r.max_tokens,
-            model: &model,
-            cost_usd: m.state().cost_usd,
-            max_cost: r.resolved.snapshot.settings.max_cost,
-        });
-        let first = match self.call_models(&req).await {
-            Ok(resp) => resp,
-            Err(e) => return Event::ModelFailed(e.to_string()),
-        };
-        // A summary cut at its cap is still a summary (shorter than asked for).
-        if first.stop != model::StopReason::MaxTokens || ask.summary.is_some() {
-            return Event::ModelReplied(first);
+        // The retry after a cut is the same step, already announced.
+        if ask.after_cut.is_none() {
+            r.observer.step_started(&StepStart {
+                step: ask.step,
+                max_steps: r.max_steps,
+                tokens: m.state().tokens_used(),
+                max_tokens: r.max_tokens,
+                model: &model,
+                cost_usd: m.state().cost_usd,
+                max_cost: r.resolved.snapshot.settings.max_cost,
+            });
         }
-        self.ask_after_cut(&req, first).await
-    }
-
-    /// A response cut off at the output limit (issue 15): not an answer, and its last
-    /// tool call may be incomplete. Ask once more, with a note and the retry cap; the
-    /// cut response is dropped (its tokens still count). A second cut ends the run as
-    /// before (the machine keeps the text only), so no call is left without a result.
-    async fn ask_after_cut(&self, req: &ModelRequest<'_>, first: model::ModelResponse) -> Event {
-        let r = self.runner;
-        let settings = &r.resolved.snapshot.settings;
-        let cap = settings
-            .max_output_tokens_retry
-            .unwrap_or(req.max_output_tokens)
-            .max(req.max_output_tokens);
-        self.events.emit(TraceEvent::Note {
-            kind: NoteKind::Truncated,
-            message: format!(
-                "the response was cut off at its output limit ({} tokens); asked again once \
-                 with a limit of {cap}",
-                req.max_output_tokens
-            ),
-        });
-        let mut messages = req.messages.to_vec();
-        messages.push(model::Message::text(
-            model::Role::System,
-            format!(
-                "[agentrun] Your previous reply was cut off at the output limit of {} tokens \
-                 and was discarded. Reply again within {cap} tokens: make fewer tool calls in \
-                 one turn (the rest can follow in later turns), or answer more briefly.",
-                req.max_output_tokens
-            ),
-        ));
-        let again = ModelRequest {
-            messages: &messages,
-            max_output_tokens: cap,
-            ..*req
-        };
-        match self.call_models(&again).await {
-            Ok(mut second) => {
-                second.usage.add(first.usage);
-                Event::ModelReplied(second)
-            }
+        match self.call_models(&req).await {
+            Ok(resp) => Event::ModelReplied(resp),
             Err(e) => Event::ModelFailed(e.to_string()),
         }
     }
