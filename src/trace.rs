@@ -22,6 +22,10 @@ pub enum TraceEvent {
         class: Option<ErrorClass>,
         #[serde(skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        /// When it happened (clock ms), stamped by the runner's buffer as it is
+        /// emitted: the store's `at` (issue 15). Not part of the event's JSON.
+        #[serde(skip)]
+        at_ms: Option<i64>,
     },
     /// A wait before the next attempt (already including jitter / Retry-After).
     Backoff {
@@ -31,12 +35,20 @@ pub enum TraceEvent {
         delay_ms: u64,
         /// True when the delay came from the server's Retry-After.
         retry_after: bool,
+        /// When it happened (clock ms), stamped by the runner's buffer as it is
+        /// emitted: the store's `at` (issue 15). Not part of the event's JSON.
+        #[serde(skip)]
+        at_ms: Option<i64>,
     },
     /// The fallback chain moved from one tool to the next.
     Fallback {
         call_id: String,
         from: String,
         to: String,
+        /// When it happened (clock ms), stamped by the runner's buffer as it is
+        /// emitted: the store's `at` (issue 15). Not part of the event's JSON.
+        #[serde(skip)]
+        at_ms: Option<i64>,
     },
     /// A model call failed and will be retried, or a fallback model takes over.
     ModelRetry {
@@ -58,7 +70,14 @@ pub enum TraceEvent {
         at_ms: Option<i64>,
     },
     /// Anything else worth a line in the trace.
-    Note { kind: NoteKind, message: String },
+    Note {
+        kind: NoteKind,
+        message: String,
+        /// When it happened (clock ms), stamped by the runner's buffer as it is
+        /// emitted: the store's `at` (issue 15). Not part of the event's JSON.
+        #[serde(skip)]
+        at_ms: Option<i64>,
+    },
 }
 
 /// What a trace note is about.
@@ -99,10 +118,26 @@ impl TraceEvent {
     /// are written.
     pub fn at_ms(&self) -> Option<i64> {
         match self {
-            TraceEvent::ModelRetry { at_ms, .. } | TraceEvent::ModelFallback { at_ms, .. } => {
-                *at_ms
+            TraceEvent::ToolAttempt { at_ms, .. }
+            | TraceEvent::Backoff { at_ms, .. }
+            | TraceEvent::Fallback { at_ms, .. }
+            | TraceEvent::ModelRetry { at_ms, .. }
+            | TraceEvent::ModelFallback { at_ms, .. }
+            | TraceEvent::Note { at_ms, .. } => *at_ms,
+        }
+    }
+
+    /// Records when the event happened, unless it says so itself already.
+    pub fn stamp(&mut self, now_ms: i64) {
+        match self {
+            TraceEvent::ToolAttempt { at_ms, .. }
+            | TraceEvent::Backoff { at_ms, .. }
+            | TraceEvent::Fallback { at_ms, .. }
+            | TraceEvent::ModelRetry { at_ms, .. }
+            | TraceEvent::ModelFallback { at_ms, .. }
+            | TraceEvent::Note { at_ms, .. } => {
+                at_ms.get_or_insert(now_ms);
             }
-            _ => None,
         }
     }
 
@@ -132,6 +167,8 @@ pub type Observer = std::sync::Arc<dyn Fn(&TraceEvent) + Send + Sync>;
 pub struct EventBuffer {
     events: Mutex<Vec<TraceEvent>>,
     observer: Option<Observer>,
+    /// Stamps each event with the time it is emitted (the runner's buffer).
+    clock: Option<std::sync::Arc<dyn crate::clock::Clock>>,
 }
 
 impl EventBuffer {
@@ -139,7 +176,15 @@ impl EventBuffer {
         EventBuffer {
             events: Mutex::default(),
             observer: Some(observer),
+            clock: None,
         }
+    }
+
+    /// Events are stamped with `clock`'s time as they are emitted, so the stored `at`
+    /// is when each happened, not when the step's events were written (issue 15).
+    pub fn stamped(mut self, clock: std::sync::Arc<dyn crate::clock::Clock>) -> EventBuffer {
+        self.clock = Some(clock);
+        self
     }
 
     pub fn take(&self) -> Vec<TraceEvent> {
@@ -148,7 +193,10 @@ impl EventBuffer {
 }
 
 impl EventSink for EventBuffer {
-    fn emit(&self, event: TraceEvent) {
+    fn emit(&self, mut event: TraceEvent) {
+        if let Some(clock) = &self.clock {
+            event.stamp(clock.now_ms());
+        }
         if let Some(observe) = &self.observer {
             observe(&event);
         }

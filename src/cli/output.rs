@@ -259,6 +259,7 @@ mod tests {
                 error: None,
                 class: None,
                 message: None,
+                at_ms: None,
             };
             store
                 .record_model_turn(&lease, step, &response, std::slice::from_ref(&event))

@@ -549,6 +549,7 @@ mod tests {
             error: None,
             class: None,
             message: None,
+            at_ms: None,
         };
         assert!(!worth_a_line(&ok));
     }

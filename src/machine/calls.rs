@@ -367,6 +367,7 @@ impl Machine<'_> {
         out.push(Effect::Trace(TraceEvent::Note {
             kind: NoteKind::OutcomeUnknown,
             message: message.clone(),
+            at_ms: None,
         }));
         let def = self.rules.tools.tools.get(&call.name);
         if def.is_some_and(|d| d.on_unknown == OnUnknown::TellModel) {
@@ -399,6 +400,7 @@ impl Machine<'_> {
             out.push(Effect::Trace(TraceEvent::Note {
                 kind: NoteKind::OutcomeUnknown,
                 message: message.clone(),
+                at_ms: None,
             }));
         }
         let content = match resolution {

@@ -126,6 +126,7 @@ impl Machine<'_> {
                     p.estimate,
                     self.rules.window.map_or(0, |w| w.tokens),
                 ),
+                at_ms: None,
             }),
             Effect::Notice(Notice::Compacted {
                 step: number,

@@ -62,6 +62,7 @@ impl Machine<'_> {
                     "the response was cut off at its output limit ({first} tokens); asked \
                      again once with a limit of {retry}"
                 ),
+                at_ms: None,
             }),
             Effect::AskModel(ask),
         ]
@@ -131,7 +132,7 @@ mod tests {
         });
         let out = m.handle(Event::ModelReplied(cut_turn("first")));
         let [
-            Effect::Trace(TraceEvent::Note { kind, message }),
+            Effect::Trace(TraceEvent::Note { kind, message, .. }),
             Effect::AskModel(ask),
         ] = out.as_slice()
         else {

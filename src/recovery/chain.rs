@@ -286,6 +286,7 @@ impl<'a> Chain<'a> {
             call_id: self.call_id.clone(),
             from,
             to: step.tool.clone(),
+            at_ms: None,
         })];
         let Some(def) = cfg.tools.get(&step.tool) else {
             out.extend(self.skipped(&step.tool, &unknown(&step.tool)));
@@ -310,6 +311,7 @@ impl<'a> Chain<'a> {
         let note = TraceEvent::Note {
             kind: NoteKind::FallbackSkipped,
             message: format!("{tool}: {}: {}", err.kind.as_str(), err.message),
+            at_ms: None,
         };
         let mut out = vec![ChainEffect::Trace(note)];
         out.extend(self.hop_failed(Tried::new(tool, 0, err)));

@@ -146,6 +146,7 @@ fn attempt(tool: &str, n: u32, e: Option<(ErrorKind, &str)>) -> Seen {
         error: e.map(|(k, _)| k),
         class: e.map(|(k, _)| k.class()),
         message: e.map(|(_, m)| m.to_string()),
+        at_ms: None,
     })
 }
 
@@ -164,6 +165,7 @@ fn wait(tool: &str, before: u32, ms: u64) -> [Seen; 3] {
             attempt: before,
             delay_ms: ms,
             retry_after: false,
+            at_ms: None,
         }),
         Seen::Sleep(Duration::from_millis(ms)),
     ]
@@ -311,6 +313,7 @@ fn an_outage_falls_back_with_mapped_arguments_and_the_result_is_wrapped() {
                 call_id: "c1".into(),
                 from: "search_kb".into(),
                 to: "kb_cache".into(),
+                at_ms: None,
             }),
             Seen::Attempt("kb_cache".into(), 1),
             attempt("kb_cache", 1, None),
@@ -432,6 +435,7 @@ fn a_refused_hop_is_traced_as_skipped_and_the_chain_fails() {
             Seen::Trace(TraceEvent::Note {
                 kind: NoteKind::FallbackSkipped,
                 message: "kb_cache: tool_disabled: refused".into(),
+                at_ms: None,
             }),
             Seen::Done(
                 failure(

@@ -163,6 +163,7 @@ pub fn attempt_event(
         error: err.map(|e| e.kind),
         class: err.map(|e| e.kind.class()),
         message: err.map(|e| e.message.clone()),
+        at_ms: None,
     }
 }
 
@@ -180,5 +181,6 @@ pub fn backoff_event(
         attempt,
         delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         retry_after,
+        at_ms: None,
     }
 }

@@ -463,7 +463,7 @@ pub fn describe_event(e: &TraceEvent) -> String {
         } => {
             format!("model fallback: {from} failed ({error}), trying {to}")
         }
-        TraceEvent::Note { kind, message } => format!("{}: {message}", kind.as_str()),
+        TraceEvent::Note { kind, message, .. } => format!("{}: {message}", kind.as_str()),
     }
 }
 

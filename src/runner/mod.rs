@@ -132,7 +132,8 @@ impl Runner {
         let observer = self.observer.clone();
         let d = Drive {
             runner: self,
-            events: EventBuffer::observed(Arc::new(move |e| observer.event(e))),
+            events: EventBuffer::observed(Arc::new(move |e| observer.event(e)))
+                .stamped(self.clock.clone()),
             escalation: Cell::new(None),
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;

@@ -327,3 +327,49 @@ fn the_provider_timeout_is_set_in_the_front_matter_or_on_the_command_line() {
         );
     }
 }
+
+/// Issue 15: tool attempts and backoffs are stamped when they happen, not when the
+/// step's events are written (the two attempts are a Retry-After of 1 s apart).
+#[test]
+fn each_tool_attempt_is_traced_at_the_time_it_happened() {
+    let rt = crate::common::runtime();
+    let server = rt.block_on(MockServer::start());
+    rt.block_on(
+        Mock::given(method("GET"))
+            .and(path("/kb"))
+            .respond_with(ResponseTemplate::new(503).insert_header("retry-after", "1"))
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&server),
+    );
+    rt.block_on(
+        Mock::given(method("GET"))
+            .and(path("/kb"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": true})))
+            .mount(&server),
+    );
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        &format!(
+            "[tools.kb]\ndescription = \"kb\"\ninput_schema = {{ type = \"object\" }}\n\
+             http = {{ method = \"GET\", url = \"{}/kb\" }}\nidempotent = true\n",
+            server.uri()
+        ),
+    );
+    p.model_script(json!([
+        {"tool_calls": [{"name": "kb", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Look it up.");
+    let v = p.run(&["start", "task.md", "--json"]).expect_code(0).json();
+    let show = p.show(v["run_id"].as_str().unwrap());
+    let at: Vec<String> = events(&show, "tool_attempt")
+        .iter()
+        .map(|e| e["at"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(at.len(), 2, "{show}");
+    assert_ne!(at[0], at[1], "{at:?}");
+    // The JSON of an event is unchanged: the time is its `at`, nothing more.
+    assert!(events(&show, "tool_attempt")[0].get("at_ms").is_none());
+}

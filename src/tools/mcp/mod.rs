@@ -282,6 +282,7 @@ pub async fn call(
                 "MCP server {} had stopped and was started again (start {start} in this run)",
                 spec.server
             ),
+            at_ms: None,
         });
     }
     let result = result::attempt_result(def, spec, ended);

@@ -61,6 +61,7 @@ async fn attempts_and_waits_are_traced() {
         attempt: 2,
         delay_ms: 100,
         retry_after: false,
+        at_ms: None,
     };
     assert_eq!(events[1], backoff);
     assert!(matches!(
