@@ -14,10 +14,10 @@ mod common;
 #[path = "it/exactly_once/mod.rs"]
 mod exactly_once;
 
-use common::Project;
+use common::{Db, Project};
 use exactly_once::{
     check_effects, check_no_stored_turn_requested_again, check_one_result_per_call,
-    check_transcript, effect_counts, observed, project, run, turns_requested,
+    check_transcript, effect_counts, observed, project_on, run, turns_requested,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -51,14 +51,27 @@ enum Ended {
 
 #[test]
 fn random_kill_nine_never_repeats_an_effect_or_a_stored_model_turn() {
+    soak(&Db::Sqlite);
+}
+
+/// The same soak on PostgreSQL (issue 17) when `AGENTRUN_TEST_PG` names a server
+/// (`tests/it/pg.rs` says how to enable it; this one stays quiet without it).
+#[test]
+fn random_kill_nine_on_postgresql_never_repeats_an_effect_or_a_stored_model_turn() {
+    if let Some(url) = common::test_pg() {
+        soak(&Db::Pg(url));
+    }
+}
+
+fn soak(db: &Db) {
     let seed = env_or("AGENTRUN_SOAK_SEED", rand::random::<u64>());
     let secs = env_or("AGENTRUN_SOAK_SECS", 3.0f64);
     let mut rng = StdRng::seed_from_u64(seed);
-    let (want, full) = reference();
+    let (want, full) = reference(db);
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let mut tally = Tally::default();
     while tally.runs == 0 || Instant::now() < deadline {
-        if let Err(e) = soak_one(&mut rng, &want, full, &mut tally) {
+        if let Err(e) = soak_one(db, &mut rng, &want, full, &mut tally) {
             panic!(
                 "soak run {} failed: {e}\n(kill schedule: AGENTRUN_SOAK_SEED={seed})",
                 tally.runs + 1
@@ -66,7 +79,7 @@ fn random_kill_nine_never_repeats_an_effect_or_a_stored_model_turn() {
         }
         tally.runs += 1;
     }
-    eprintln!("soak: AGENTRUN_SOAK_SEED={seed}, uninterrupted run {full:?}: {tally:?}");
+    eprintln!("soak ({db:?}): AGENTRUN_SOAK_SEED={seed}, uninterrupted run {full:?}: {tally:?}");
     assert!(tally.kills > 0, "no process was killed: {tally:?}");
 }
 
@@ -78,8 +91,8 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 /// The uninterrupted run, and how long it took (the window kills are drawn from).
-fn reference() -> (Value, Duration) {
-    let p = project(TURNS);
+fn reference(db: &Db) -> (Value, Duration) {
+    let p = project_on(TURNS, db);
     let began = Instant::now();
     let v = run(&p, &["start", "task.md", "--json"], &[])
         .expect_code(0)
@@ -90,8 +103,14 @@ fn reference() -> (Value, Duration) {
 
 /// One run, killed at random moments until a process outlives its moment (at most
 /// eight times), then finished and checked.
-fn soak_one(rng: &mut StdRng, want: &Value, full: Duration, t: &mut Tally) -> Result<(), String> {
-    let p = project(TURNS);
+fn soak_one(
+    db: &Db,
+    rng: &mut StdRng,
+    want: &Value,
+    full: Duration,
+    t: &mut Tally,
+) -> Result<(), String> {
+    let p = project_on(TURNS, db);
     for _ in 0..8 {
         // Within the first half of an uninterrupted run's time: a resumed process
         // starts from its checkpoint, so later moments are reached by later processes.
@@ -177,7 +196,7 @@ fn wait_until(child: &mut Child, deadline: Instant) {
 
 /// The run's id once a (killed) `start` got as far as creating it.
 fn existing_run(p: &Project) -> Option<String> {
-    if !p.db().exists() {
+    if p.pg.is_none() && !p.db().exists() {
         return None;
     }
     let list = p.run(&["runs", "list", "--json"]).expect_code(0).json();

@@ -12,10 +12,12 @@
 //! run it heartbeats the lease every TTL/4; every write is fenced by the lease's
 //! token, so a worker that was taken over cannot write late.
 //!
-//! SIGTERM (or Ctrl-C) stops claiming; runs in progress stop at once — their last
-//! committed step stands, as when `start` is interrupted — and go back to the queue
-//! (`queued`, lease released), so another worker continues them without waiting for
-//! the TTL.
+//! SIGTERM (or Ctrl-C) stops claiming; each run in progress is given up to `--grace`
+//! to finish the step it is in (the worker watches the run's checkpoint and stops the
+//! run as soon as it advances, so no new step begins), then goes back to the queue
+//! (`queued`, lease released) and another worker continues it from that step, without
+//! waiting for the TTL. A step still running after the grace is cut off, as when
+//! `start` is interrupted: its last committed step stands.
 
 use super::start::{StartArgs, prepare, shutdown_signal};
 use super::{BadInput, Cli, Exit, open_store, output};
@@ -61,6 +63,10 @@ pub struct WorkerArgs {
     /// Exit once the queue has no queued or running run left.
     #[arg(long)]
     pub until_idle: bool,
+    /// On SIGTERM, how long a run in progress may take to finish its current step
+    /// before it is cut off and handed back.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub grace: String,
 }
 
 pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
@@ -105,6 +111,7 @@ struct Ctx {
     name: String,
     ttl: Duration,
     poll: Duration,
+    grace: Duration,
     until_idle: bool,
     quiet: bool,
 }
@@ -116,6 +123,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     };
     let ttl = duration("--lease-ttl", &args.lease_ttl)?;
     let poll = duration("--poll", &args.poll)?;
+    let grace = duration("--grace", &args.grace)?;
     let name = args.name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
@@ -129,6 +137,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         name,
         ttl,
         poll,
+        grace,
         until_idle: args.until_idle,
         quiet: cli.quiet || cli.json,
     });
@@ -260,9 +269,35 @@ async fn drive(
             }
         })
     };
-    let result = tokio::select! {
-        r = runner.run() => Some(r),
-        _ = stop.changed() => None,
+    // The block ends the run's future (and with it any tool still running) before the
+    // lease is released below.
+    let result = {
+        let run = runner.run();
+        tokio::pin!(run);
+        let mut result = tokio::select! {
+            r = &mut run => Some(r),
+            _ = stop.changed() => None,
+        };
+        if result.is_none() {
+            // Stopping: let the current step finish (its checkpoint advances), up to the grace.
+            let begun = store.checkpoint(&id).map(|c| c.0).ok();
+            let deadline = tokio::time::Instant::now() + ctx.grace;
+            loop {
+                tokio::select! {
+                    r = &mut run => {
+                        result = Some(r);
+                        break;
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                        let now = store.checkpoint(&id).map(|c| c.0).ok();
+                        if now != begun || tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        result
     };
     heartbeat.abort();
     drop(runner);
