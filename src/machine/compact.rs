@@ -63,6 +63,7 @@ impl Machine<'_> {
             .compaction
             .as_ref()
             .map_or(0, |c| c.turns_left_out)
+            + self.windowed_out
     }
 
     pub(super) fn ask_summary(&self) -> effects::Ask {
@@ -201,6 +202,7 @@ mod tests {
                 tokens: 2000,
                 max_output_tokens: 200,
             }),
+            keep_steps: None,
             output_cap: Default::default(),
             spend: Default::default(),
         };

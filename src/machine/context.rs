@@ -135,6 +135,25 @@ impl Context {
         self.steps.append(&mut other.steps);
     }
 
+    /// Drops the messages of steps `1..step` (the opening stays); returns how many of
+    /// them were the model's turns (issue 14: the scripted model's window).
+    pub fn drop_steps_before(&mut self, step: u32) -> u32 {
+        let keep = |s: u32| s == 0 || s >= step;
+        if self.steps.iter().all(|s| keep(*s)) {
+            return 0;
+        }
+        let mut turns = 0;
+        let old = std::mem::take(self);
+        for (m, s) in old.messages.into_iter().zip(old.steps) {
+            if keep(s) {
+                self.push(s, m);
+            } else if m.role == Role::Assistant {
+                turns += 1;
+            }
+        }
+        turns
+    }
+
     /// Shortens the tool results of steps before `step` (idempotent).
     pub fn shorten_before(&mut self, step: u32) {
         for (m, s) in self.messages.iter_mut().zip(&self.steps) {

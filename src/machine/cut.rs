@@ -116,6 +116,7 @@ mod tests {
             max_steps: 10,
             max_tokens: 100_000,
             window: None,
+            keep_steps: None,
             output_cap: OutputCap {
                 first: 200,
                 retry: Some(400),

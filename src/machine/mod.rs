@@ -62,6 +62,11 @@ pub struct Rules<'a> {
     pub max_tokens: u64,
     /// The model's context window; `None`: unknown, never compacted (issue 15).
     pub window: Option<Window>,
+    /// The model reads only how many turns were taken (the scripted model), not the
+    /// transcript: the context keeps the opening and this many last steps, and the
+    /// older ones are counted as turns left out (issue 14: memory and resume flat at
+    /// any run length). `None`: the context is what [`context`] says.
+    pub keep_steps: Option<u32>,
     /// The output cap of a request, and of the one retry after a cut-off response.
     pub output_cap: cut::OutputCap,
     /// Budgets in money (USD) and time (ms the run is driven), and how calls are
@@ -77,6 +82,11 @@ pub struct Spend {
     pub pricing: crate::model::prices::Pricing,
 }
 
+/// [`Rules::keep_steps`] for the scripted model: enough recent steps for a handover
+/// summary to name what was checked lately, a fixed amount of memory however long the
+/// run.
+pub const TURN_COUNT_KEEP_STEPS: u32 = 16;
+
 pub struct Machine<'a> {
     rules: Rules<'a>,
     /// As of the last commit.
@@ -86,6 +96,8 @@ pub struct Machine<'a> {
     context: Context,
     /// A compaction asked for and not yet committed ([`compact`]).
     compacting: Option<compact::Pending>,
+    /// Assistant turns the [`Rules::keep_steps`] window left out of the context.
+    windowed_out: u32,
     /// The usage of the step's first response, dropped because it was cut off
     /// ([`cut`]); added to the second's.
     cut: Option<crate::model::Usage>,
@@ -134,6 +146,7 @@ impl<'a> Machine<'a> {
             state,
             context,
             compacting: None,
+            windowed_out: 0,
             cut: None,
             step: None,
             now_ms: 0,
@@ -154,6 +167,26 @@ impl<'a> Machine<'a> {
             Some((at, before)) => before + u64::try_from(self.now_ms - at).unwrap_or(0),
             None => self.state.active_ms,
         }
+    }
+
+    /// A machine whose context was loaded through the [`Rules::keep_steps`] window:
+    /// `turns` assistant turns of the run are not in it (see [`first_kept_step`]).
+    pub fn windowed_out(mut self, turns: u32) -> Machine<'a> {
+        self.windowed_out = turns;
+        self
+    }
+
+    /// Drops from the context the steps the [`Rules::keep_steps`] window no longer
+    /// holds, counting the model's turns among them.
+    fn window_context(&mut self) {
+        let Some(keep) = self.rules.keep_steps else {
+            return;
+        };
+        if self.state.compaction.is_some() {
+            return;
+        }
+        let first = first_kept_step(self.state.steps, keep);
+        self.windowed_out += self.context.drop_steps_before(first);
     }
 
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
@@ -327,4 +360,13 @@ impl<'a> Machine<'a> {
             .find(|m| m.role == crate::model::Role::Assistant && !m.joined_text().is_empty())
             .map(Message::joined_text)
     }
+}
+
+/// The first step (after the opening, step 0) the [`Rules::keep_steps`] window keeps
+/// after `steps` committed steps. A loader reads the opening and the steps from here
+/// on; every committed step holds exactly one assistant turn (a step commits the
+/// model's response; notes between steps are not turns), so the turns left out are
+/// this minus one.
+pub fn first_kept_step(steps: u32, keep: u32) -> u32 {
+    (steps + 1).saturating_sub(keep).max(1)
 }

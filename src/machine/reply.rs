@@ -236,6 +236,7 @@ impl Machine<'_> {
         c.state.active_ms = self.active_ms();
         self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
+        self.window_context();
         Effect::Commit(Box::new(c))
     }
 }

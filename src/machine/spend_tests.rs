@@ -25,6 +25,7 @@ fn machine<'a>(
         max_steps: 100,
         max_tokens: 1_000_000,
         window: None,
+        keep_steps: None,
         output_cap: Default::default(),
         spend,
     };

@@ -60,6 +60,7 @@ impl H {
             max_steps: 5,
             max_tokens: 10_000,
             window: None,
+            keep_steps: None,
             output_cap: Default::default(),
             spend: Default::default(),
         };
@@ -905,3 +906,6 @@ fn calls_over_the_turn_cap_feed_neither_the_breaker_nor_the_stuck_detector() {
 
 #[path = "batch_tests.rs"]
 mod batch;
+
+#[path = "window_tests.rs"]
+mod window;

@@ -110,14 +110,18 @@ impl Runner {
 
     /// Drives the run from its last checkpoint until it stops.
     pub async fn run(&self) -> Result<RunOutcome, RunError> {
-        let (state, context) = self.load()?;
+        let window = self.window();
+        let keep_steps = (window.is_none() && self.reads_turn_count_only())
+            .then_some(crate::machine::TURN_COUNT_KEEP_STEPS);
+        let (state, context, windowed_out) = self.load(keep_steps)?;
         let rules = Rules {
             tools: &self.resolved.tools,
             prompts: &self.resolved.snapshot.prompts,
             tool_subset: self.resolved.snapshot.tool_subset.as_deref(),
             max_steps: self.max_steps,
             max_tokens: self.max_tokens,
-            window: self.window(),
+            window,
+            keep_steps,
             output_cap: OutputCap {
                 first: self.resolved.snapshot.max_output_tokens,
                 retry: self.resolved.snapshot.settings.max_output_tokens_retry,
@@ -128,7 +132,7 @@ impl Runner {
                 pricing: self.resolved.snapshot.settings.pricing(),
             },
         };
-        let mut machine = Machine::new(rules, state, context);
+        let mut machine = Machine::new(rules, state, context).windowed_out(windowed_out);
         let observer = self.observer.clone();
         let d = Drive {
             runner: self,
@@ -193,13 +197,25 @@ impl Runner {
     /// The loop state and the context the next request needs: the opening and the
     /// steps from [`context::first_step_needed`] on (after a compaction, the steps it
     /// summarised are not kept in memory).
-    fn load(&self) -> Result<(LoopState, Context), StoreError> {
+    ///
+    /// With the `keep_steps` window (a model that reads only the turn count) and no
+    /// compaction, only the opening and the window's steps are read, from the two ends
+    /// of the transcript's key: a resume costs the same at step 10 or 100,000 (issue
+    /// 14). The third value is the assistant turns left out of the context.
+    fn load(&self, keep_steps: Option<u32>) -> Result<(LoopState, Context, u32), StoreError> {
         let (_, state_json) = self.store.checkpoint(self.run_id())?;
         let state: LoopState =
             serde_json::from_str(&state_json).map_err(|e| StoreError::Corrupt {
                 run: self.run_id().to_string(),
                 message: format!("loop state: {e}"),
             })?;
+        if let (Some(keep), None) = (keep_steps, &state.compaction) {
+            let first = crate::machine::first_kept_step(state.steps, keep);
+            let stored = self.store.opening_and_since(self.run_id(), first)?;
+            let context =
+                Context::from_stored(stored.into_iter().map(|m| (m.step, m.message)), &state);
+            return Ok((state, context, first - 1));
+        }
         let first = context::first_step_needed(&state);
         let mut needed = Vec::new();
         self.store.each_message(self.run_id(), |m| {
@@ -209,7 +225,14 @@ impl Runner {
             Ok::<_, StoreError>(())
         })?;
         let context = Context::from_stored(needed, &state);
-        Ok((state, context))
+        Ok((state, context, 0))
+    }
+
+    /// Whether every model of the run is the scripted one, which picks its turn by the
+    /// number of turns taken and reads nothing else of the transcript (DESIGN §7).
+    fn reads_turn_count_only(&self) -> bool {
+        let models = &self.resolved.snapshot.models;
+        !models.is_empty() && models.iter().all(|m| m.starts_with("script:"))
     }
 
     /// The model's context window (the first model's, from the settings or the known

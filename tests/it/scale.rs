@@ -115,3 +115,43 @@ idempotent = true
         whole
     );
 }
+
+/// The scripted model reads only the turn count, so the loop keeps the opening and the
+/// last steps in memory and a resume reads only those (issue 14). A 40-step run (past
+/// the window) killed after its 30th commit resumes to the same transcript as an
+/// uninterrupted one, asking for each turn once: the turns left out are counted right.
+#[test]
+fn a_scripted_run_past_the_window_resumes_to_the_uninterrupted_transcript() {
+    use crate::exactly_once::{
+        check_no_stored_turn_requested_again, check_transcript, observed, project, run,
+        turns_requested,
+    };
+    let turns: Vec<&[&str]> = (0..40).map(|_| &["idem"][..]).collect();
+    let reference = project(&turns);
+    let v = run(&reference, &["start", "task.md", "--json"], &[])
+        .expect_code(0)
+        .json();
+    let want = reference.show(v["run_id"].as_str().expect("run_id"));
+
+    let p = project(&turns);
+    let crashed = run(
+        &p,
+        &["start", "task.md", "--json"],
+        &[("AGENTRUN_CRASH_AT", "after_commit:30")],
+    );
+    assert_eq!(crashed.code, -1, "{crashed}");
+    let id = p.only_run();
+    let v = run(&p, &["resume", &id, "--json"], &[])
+        .expect_code(0)
+        .json();
+    assert_eq!(
+        (v["status"].as_str(), v["steps"].as_u64()),
+        (Some("completed"), Some(41))
+    );
+    assert_eq!(v["answer"], "all done");
+    let got = p.show(&id);
+    assert_eq!(check_transcript(&want, &got), Ok(Vec::new()));
+    let seen = observed(&p);
+    assert_eq!(turns_requested(&seen), (0..=40).collect::<Vec<_>>());
+    check_no_stored_turn_requested_again(&seen).expect("no turn asked for twice");
+}
