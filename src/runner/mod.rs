@@ -114,24 +114,7 @@ impl Runner {
         let keep_steps = (window.is_none() && self.reads_turn_count_only())
             .then_some(crate::machine::TURN_COUNT_KEEP_STEPS);
         let (state, context, windowed_out) = self.load(keep_steps)?;
-        let rules = Rules {
-            tools: &self.resolved.tools,
-            prompts: &self.resolved.snapshot.prompts,
-            tool_subset: self.resolved.snapshot.tool_subset.as_deref(),
-            max_steps: self.max_steps,
-            max_tokens: self.max_tokens,
-            window,
-            keep_steps,
-            output_cap: OutputCap {
-                first: self.resolved.snapshot.max_output_tokens,
-                retry: self.resolved.snapshot.settings.max_output_tokens_retry,
-            },
-            spend: Spend {
-                max_cost: self.resolved.snapshot.settings.max_cost,
-                max_duration_ms: self.resolved.snapshot.settings.max_duration_ms,
-                pricing: self.resolved.snapshot.settings.pricing(),
-            },
-        };
+        let rules = self.rules(window, keep_steps);
         let mut machine = Machine::new(rules, state, context).windowed_out(windowed_out);
         let observer = self.observer.clone();
         let d = Drive {
@@ -184,6 +167,29 @@ impl Runner {
                 reason,
             },
         ))
+    }
+
+    /// What the machine may do in this run: the offered tools, prompts and budgets,
+    /// all read from the run's snapshot.
+    fn rules(&self, window: Option<Window>, keep_steps: Option<u32>) -> Rules<'_> {
+        Rules {
+            tools: &self.resolved.tools,
+            prompts: &self.resolved.snapshot.prompts,
+            tool_subset: self.resolved.snapshot.tool_subset.as_deref(),
+            max_steps: self.max_steps,
+            max_tokens: self.max_tokens,
+            window,
+            keep_steps,
+            output_cap: OutputCap {
+                first: self.resolved.snapshot.max_output_tokens,
+                retry: self.resolved.snapshot.settings.max_output_tokens_retry,
+            },
+            spend: Spend {
+                max_cost: self.resolved.snapshot.settings.max_cost,
+                max_duration_ms: self.resolved.snapshot.settings.max_duration_ms,
+                pricing: self.resolved.snapshot.settings.pricing(),
+            },
+        }
     }
 }
 
