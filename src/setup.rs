@@ -43,7 +43,10 @@ pub struct Snapshot {
     pub prompts: Prompts,
     /// Model specs in fallback order.
     pub models: Vec<String>,
-    /// Script texts by spec, for `script:` models.
+    /// Script texts by spec, for `script:` models. Stored beside the snapshot's JSON,
+    /// not in it (`Store::scripts`): a script can be megabytes that only driving the
+    /// run needs. Snapshots written before that have them here.
+    #[serde(default, skip_serializing)]
     pub scripts: BTreeMap<String, String>,
     /// Tools offered to the model; `None` = all in tools.toml. `SERVER__*` is expanded
     /// at start, so this lists names.
@@ -262,12 +265,12 @@ fn build_provider(
                 SetupError::Usage(format!("model `{spec}`: script text missing from snapshot"))
             })?;
             let name = path.display().to_string();
-            Provider::Script(ScriptModel::parse(&name, text).map_err(|message| {
-                SetupError::Input {
+            Provider::Script(ScriptModel::from_snapshot(&name, text.clone()).map_err(
+                |message| SetupError::Input {
                     path: name.clone(),
                     message: message.trim_start_matches(&format!("{name}: ")).to_string(),
-                }
-            })?)
+                },
+            )?)
         }
     })
 }
@@ -309,7 +312,7 @@ fn read_scripts(models: &[String], task: &Path) -> Result<BTreeMap<String, Strin
             message: format!("cannot read script for model `{spec}`: {e}"),
         })?;
         // Validate now so a bad script is exit 2 before anything is stored.
-        ScriptModel::parse(&chosen.display().to_string(), &text).map_err(|message| {
+        ScriptModel::check(&chosen.display().to_string(), &text).map_err(|message| {
             SetupError::Input {
                 path: chosen.display().to_string(),
                 message: message

@@ -226,6 +226,7 @@ mod tests {
                 task: "task",
                 task_path: "task.md",
                 snapshot: "{}",
+                scripts: &Default::default(),
                 max_steps: 9,
                 max_tokens: 99,
                 messages: &opening,

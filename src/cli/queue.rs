@@ -26,7 +26,7 @@ use crate::clock::SystemClock;
 use crate::machine::state::LoopState;
 use crate::model::{Message, Role};
 use crate::runner::{RunError, Runner};
-use crate::setup::{self, Snapshot};
+use crate::setup;
 use crate::store::{Lease, NewRun, RunId, RunStatus, Store, StoreError};
 use anyhow::Context;
 use clap::Args;
@@ -93,6 +93,7 @@ pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         task: &prepared.task.prompt,
         task_path: &prepared.task.path.display().to_string(),
         snapshot: &snapshot,
+        scripts: &prepared.resolved.snapshot.scripts,
         max_steps: prepared.max_steps,
         max_tokens: prepared.max_tokens,
         messages: &messages,
@@ -323,8 +324,7 @@ async fn drive(
 
 fn runner_for(store: &Arc<Store>, lease: &Lease) -> anyhow::Result<Runner> {
     let row = store.run(&lease.run)?;
-    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(&lease.run)?)
-        .with_context(|| format!("run {}: stored config snapshot is damaged", lease.run))?;
+    let snapshot = super::start::stored_snapshot(store, &lease.run)?;
     let resolved = setup::resolve(snapshot)?;
     Ok(Runner {
         store: store.clone(),

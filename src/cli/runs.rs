@@ -405,6 +405,11 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
         serde_json::from_str(&store.snapshot(id)?).unwrap_or(serde_json::Value::Null);
     v["export_version"] = 1.into();
     v["config_snapshot"] = snapshot;
+    // Scripts are stored beside the snapshot; the export keeps them in it, as before.
+    let scripts = store.scripts(id)?;
+    if !scripts.is_empty() && v["config_snapshot"].is_object() {
+        v["config_snapshot"]["scripts"] = serde_json::to_value(scripts)?;
+    }
     Ok(v)
 }
 

@@ -176,6 +176,7 @@ pub fn start(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
         task: &prepared.task.prompt,
         task_path: &prepared.task.path.display().to_string(),
         snapshot: &snapshot,
+        scripts: &prepared.resolved.snapshot.scripts,
         max_steps,
         max_tokens,
         messages: &messages,
@@ -225,8 +226,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         }
         return report(cli, &outcome, true).map(|_| Exit::NeedsHuman);
     }
-    let mut snapshot: Snapshot = serde_json::from_str(&store.snapshot(&id)?)
-        .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
+    let mut snapshot = stored_snapshot(&store, &id)?;
     if let Some(spec) = &args.model {
         switch_model(&mut snapshot, spec, &row.task_path)?;
     }
@@ -237,7 +237,8 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     let resolved = setup::resolve(snapshot)?;
     let lease = store.acquire(&id)?;
     if args.model.is_some() || args.max_cost.is_some() || args.max_duration.is_some() {
-        store.replace_snapshot(&lease, &serde_json::to_string(&resolved.snapshot)?)?;
+        let snapshot = &resolved.snapshot;
+        store.replace_snapshot(&lease, &serde_json::to_string(snapshot)?, &snapshot.scripts)?;
     }
     let max_steps = args.max_steps.unwrap_or(row.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(row.max_tokens);
@@ -265,6 +266,14 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
         observer: progress.clone(),
     };
     drive(cli, &store, runner, &progress)
+}
+
+/// A run's config snapshot as stored, with its scripts.
+pub(super) fn stored_snapshot(store: &Store, id: &RunId) -> anyhow::Result<Snapshot> {
+    let mut snapshot: Snapshot = serde_json::from_str(&store.snapshot(id)?)
+        .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
+    snapshot.scripts.extend(store.scripts(id)?);
+    Ok(snapshot)
 }
 
 /// `--max-cost` / `--max-duration` over what the model flags gave, checked.
@@ -298,6 +307,9 @@ fn switch_model(snapshot: &mut Snapshot, spec: &str, task_path: &str) -> anyhow:
                 chosen.display()
             ))
         })?;
+        // Checked whole now: a resumed run reads each turn only when it comes.
+        crate::model::script::ScriptModel::check(&chosen.display().to_string(), &text)
+            .map_err(BadInput)?;
         snapshot.scripts.insert(spec.to_string(), text);
     }
     snapshot.models = vec![spec.to_string()];

@@ -8,13 +8,18 @@
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Mutex;
 
-#[derive(Debug, Deserialize)]
+/// The file's shape, read without parsing the turns: each is kept as the slice of
+/// text it was written as.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ScriptFile {
-    turns: Vec<Turn>,
+struct ScriptFile<'a> {
+    #[serde(borrow)]
+    turns: Vec<&'a RawValue>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,49 +77,49 @@ fn json_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error>
     Value::deserialize(d).map(|v| v.to_string())
 }
 
+/// A script is read once and its turns parsed when their turn comes: a 100,000-turn
+/// script then costs its text and 8 bytes a turn, not a parsed tree of ~290 bytes a
+/// turn (issue 14: a long run's memory must not grow with its script).
 pub struct ScriptModel {
     /// As written in the spec, for messages.
     path: String,
-    turns: Vec<Turn>,
+    text: String,
+    /// Where each turn's JSON lies in `text`.
+    turns: Vec<Range<u32>>,
     /// Turns whose simulated failure has been delivered (in this process).
     failed: Mutex<HashSet<usize>>,
 }
 
 impl ScriptModel {
-    /// Parses a script's text; `path` is only used in messages.
+    /// Parses a script's text and checks every turn; `path` is only used in messages.
     pub fn parse(path: &str, text: &str) -> Result<ScriptModel, String> {
-        let file: ScriptFile = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
-        if file.turns.is_empty() {
-            return Err(format!("{path}: `turns` is empty"));
+        Self::check(path, text)?;
+        Self::from_snapshot(path, text.to_string())
+    }
+
+    /// Checks a script whole, turn by turn, without keeping it (at start, so a bad
+    /// script is an error before anything is stored).
+    pub fn check(path: &str, text: &str) -> Result<(), String> {
+        for (i, range) in outline(path, text)?.into_iter().enumerate() {
+            parse_turn(path, text, i, range)?;
         }
-        for (i, turn) in file.turns.iter().enumerate() {
-            if turn.text.is_none() && turn.tool_calls.is_empty() {
-                return Err(format!(
-                    "{path}: turn {i} has neither `text` nor `tool_calls`"
-                ));
-            }
-            for call in &turn.tool_calls {
-                if !call.args.starts_with('{') {
-                    return Err(format!(
-                        "{path}: turn {i}: args of `{}` must be a JSON object",
-                        call.name
-                    ));
-                }
-            }
-            if let Some(stop) = &turn.stop
-                && stop != "max_tokens"
-                && stop != "end_turn"
-            {
-                return Err(format!(
-                    "{path}: turn {i}: stop must be \"max_tokens\" or \"end_turn\", not {stop:?}"
-                ));
-            }
-        }
+        Ok(())
+    }
+
+    /// A script checked when its run started (stored with the run): only its outline
+    /// is read now, each turn when it comes. This keeps resuming a 100,000-step run
+    /// cheap.
+    pub fn from_snapshot(path: &str, text: String) -> Result<ScriptModel, String> {
         Ok(ScriptModel {
             path: path.to_string(),
-            turns: file.turns,
+            turns: outline(path, &text)?,
+            text,
             failed: Mutex::new(HashSet::new()),
         })
+    }
+
+    fn turn(&self, i: usize) -> Result<Turn, String> {
+        parse_turn(&self.path, &self.text, i, self.turns[i].clone())
     }
 
     pub fn name(&self) -> String {
@@ -141,14 +146,15 @@ impl ScriptModel {
                 self.path
             )));
         }
-        let turn = self
-            .turns
-            .get(index)
-            .ok_or_else(|| ModelError::ScriptExhausted {
+        if index >= self.turns.len() {
+            return Err(ModelError::ScriptExhausted {
                 path: self.path.clone(),
                 turn: index,
                 len: self.turns.len(),
-            })?;
+            });
+        }
+        // Checked at start; only a snapshot edited since could fail here.
+        let turn = self.turn(index).map_err(ModelError::Config)?;
         if let Some(fail) = turn.fail {
             let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
             if failed.insert(index) {
@@ -163,7 +169,7 @@ impl ScriptModel {
                 });
             }
         }
-        Ok(self.response(index, turn))
+        Ok(self.response(index, &turn))
     }
 
     /// A compaction's summary, written mechanically so it is deterministic: every
@@ -233,6 +239,59 @@ impl ScriptModel {
             stop,
             model: self.name(),
         }
+    }
+}
+
+/// Where each turn's JSON lies in `text`.
+fn outline(path: &str, text: &str) -> Result<Vec<Range<u32>>, String> {
+    if u32::try_from(text.len()).is_err() {
+        return Err(format!("{path}: a script must be smaller than 4 GiB"));
+    }
+    let file: ScriptFile = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+    if file.turns.is_empty() {
+        return Err(format!("{path}: `turns` is empty"));
+    }
+    let base = text.as_ptr() as usize;
+    Ok(file
+        .turns
+        .iter()
+        .map(|raw| {
+            // Each raw value borrows a slice of `text`, so the offsets are in bounds.
+            let start = (raw.get().as_ptr() as usize - base) as u32;
+            start..start + raw.get().len() as u32
+        })
+        .collect())
+}
+
+/// Turn `i` (at `range` in `text`), parsed and checked; errors name the turn and its
+/// line in the file.
+fn parse_turn(path: &str, text: &str, i: usize, range: Range<u32>) -> Result<Turn, String> {
+    let (start, end) = (range.start as usize, range.end as usize);
+    let turn: Turn = serde_json::from_str(&text[start..end]).map_err(|e| {
+        let line = text[..start].matches('\n').count() + e.line();
+        let message = e.to_string();
+        let bare = message
+            .strip_suffix(&format!(" at line {} column {}", e.line(), e.column()))
+            .unwrap_or(&message);
+        format!("{path}: turn {i} (line {line}): {bare}")
+    })?;
+    check(&turn).map_err(|why| format!("{path}: turn {i}: {why}"))?;
+    Ok(turn)
+}
+
+/// What a turn must be beyond its JSON shape.
+fn check(turn: &Turn) -> Result<(), String> {
+    if turn.text.is_none() && turn.tool_calls.is_empty() {
+        return Err("neither `text` nor `tool_calls`".into());
+    }
+    if let Some(call) = turn.tool_calls.iter().find(|c| !c.args.starts_with('{')) {
+        return Err(format!("args of `{}` must be a JSON object", call.name));
+    }
+    match turn.stop.as_deref() {
+        None | Some("max_tokens") | Some("end_turn") => Ok(()),
+        Some(stop) => Err(format!(
+            "stop must be \"max_tokens\" or \"end_turn\", not {stop:?}"
+        )),
     }
 }
 
@@ -326,6 +385,36 @@ mod tests {
         let err = ScriptModel::parse("s.json", r#"{"turns": [{}]}"#)
             .err()
             .unwrap();
-        assert_eq!(err, "s.json: turn 0 has neither `text` nor `tool_calls`");
+        assert_eq!(err, "s.json: turn 0: neither `text` nor `tool_calls`");
+    }
+
+    #[test]
+    fn a_bad_turn_is_named_with_its_line_at_start_and_when_it_comes_after() {
+        let text = "{\"turns\": [\n{\"text\": \"a\"},\n{\"text\": \"b\", \"colour\": 1}\n]}";
+        let err = ScriptModel::parse("s.json", text).err().unwrap();
+        assert!(
+            err.starts_with("s.json: turn 1 (line 3): unknown field `colour`"),
+            "{err}"
+        );
+        // A stored script is only outlined; its turns are read when they come.
+        let m = ScriptModel::from_snapshot("s.json", text.to_string()).unwrap();
+        let first = m.complete(&request(&[])).unwrap();
+        assert_eq!(first.message.joined_text(), "a");
+        let history = [Message::text(Role::Assistant, "a")];
+        let err = m.complete(&request(&history)).unwrap_err();
+        assert!(matches!(err, ModelError::Config(_)), "{err}");
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn a_script_that_is_not_the_expected_shape_is_rejected_whole() {
+        let err = ScriptModel::parse("s.json", r#"{"turns": {"text": "a"}}"#)
+            .err()
+            .unwrap();
+        assert!(err.starts_with("s.json: invalid type: map"), "{err}");
+        let err = ScriptModel::parse("s.json", r#"{"turns": [], "extra": 1}"#)
+            .err()
+            .unwrap();
+        assert!(err.contains("unknown field `extra`"), "{err}");
     }
 }

@@ -34,13 +34,23 @@ impl SqliteStore {
 impl SqliteStore {
     /// Replaces a held run's config snapshot (`resume --model` switches the model for
     /// the rest of the run).
-    pub fn replace_snapshot(&self, lease: &super::Lease, snapshot: &str) -> Result<()> {
+    pub fn replace_snapshot(
+        &self,
+        lease: &super::Lease,
+        snapshot: &str,
+        scripts: &std::collections::BTreeMap<String, String>,
+    ) -> Result<()> {
         self.write(|tx| {
             super::runs::check_lease(tx, lease)?;
             tx.execute(
                 "UPDATE run_snapshots SET snapshot = ?2 WHERE run_id = ?1",
                 rusqlite::params![lease.run.0, snapshot],
             )?;
+            tx.execute(
+                "DELETE FROM run_scripts WHERE run_id = ?1",
+                [lease.run.as_str()],
+            )?;
+            super::runs::insert_scripts(tx, &lease.run, scripts)?;
             Ok(())
         })
     }

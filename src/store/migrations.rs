@@ -108,6 +108,21 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN lease_worker TEXT;
     CREATE INDEX runs_claimable ON runs (created_at) WHERE queue = 1 AND status IN ('queued', 'running');
     "#,
+    // 5: scripted-model texts move out of the snapshot into rows of their own: a
+    // 100,000-turn script is megabytes that `runs show` read (and resume parsed as an
+    // escaped string) for nothing (issue 14).
+    r#"
+    CREATE TABLE run_scripts (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        spec   TEXT NOT NULL,
+        text   TEXT NOT NULL,
+        PRIMARY KEY (run_id, spec)
+    );
+    INSERT INTO run_scripts (run_id, spec, text)
+        SELECT s.run_id, j.key, j.value FROM run_snapshots s, json_each(s.snapshot, '$.scripts') j;
+    UPDATE run_snapshots SET snapshot = json_remove(snapshot, '$.scripts')
+        WHERE json_type(snapshot, '$.scripts') IS NOT NULL;
+    "#,
 ];
 
 pub(super) fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
@@ -158,5 +173,40 @@ mod tests {
         let store = Store::open(&path, false).unwrap();
         assert_eq!(store.snapshot(&RunId("r1".into())).unwrap(), "{\"x\":1}");
         assert_eq!(store.run(&RunId("r1".into())).unwrap().max_tokens, 50);
+    }
+
+    #[test]
+    fn a_version_4_database_moves_its_scripts_out_of_the_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let snapshot =
+            r#"{"models":["script:s.json"],"scripts":{"script:s.json":"{\"turns\": []}"}}"#;
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..4] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 4).unwrap();
+            conn.execute(
+                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
+                    created_at, updated_at) VALUES ('r1', 't', 't.md', 'completed', 5, 50, 0, 0)",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO run_snapshots (run_id, snapshot) VALUES ('r1', ?1)",
+                [snapshot],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path, false).unwrap();
+        let id = RunId("r1".into());
+        assert_eq!(
+            store.snapshot(&id).unwrap(),
+            r#"{"models":["script:s.json"]}"#
+        );
+        let scripts = store.scripts(&id).unwrap();
+        assert_eq!(scripts.len(), 1);
+        assert_eq!(scripts["script:s.json"], r#"{"turns": []}"#);
     }
 }

@@ -47,6 +47,7 @@ pub use sqlite::SqliteStore;
 
 use crate::model::{Message, ModelResponse};
 use crate::trace::TraceEvent;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -269,6 +270,9 @@ delegate! {
     fn snapshot(&self, id: &RunId) -> Result<String>;
     /// The `models` of the run's config snapshot (a JSON array), without the rest.
     fn snapshot_models(&self, id: &RunId) -> Result<Option<String>>;
+    /// The run's scripted-model texts by model spec (stored beside the snapshot, not
+    /// in it: a script can be megabytes, and only driving the run needs it).
+    fn scripts(&self, id: &RunId) -> Result<BTreeMap<String, String>>;
     /// Resolves a full id or a unique prefix of one.
     fn find_run(&self, prefix: &str) -> Result<RunId>;
     /// Runs, newest first, optionally only those with `status`.
@@ -325,8 +329,13 @@ delegate! {
     fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()>;
     /// Deletes one run and everything it owns. Returns false when no such run exists.
     fn delete_run(&self, id: &RunId) -> Result<bool>;
-    /// Replaces a held run's config snapshot (`resume --model`).
-    fn replace_snapshot(&self, lease: &Lease, snapshot: &str) -> Result<()>;
+    /// Replaces a held run's config snapshot and scripts (`resume --model`).
+    fn replace_snapshot(
+        &self,
+        lease: &Lease,
+        snapshot: &str,
+        scripts: &BTreeMap<String, String>,
+    ) -> Result<()>;
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -47,7 +47,7 @@ use crate::trace::TraceEvent;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -148,6 +148,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN queue BOOLEAN NOT NULL DEFAULT false;
     ALTER TABLE runs ADD COLUMN lease_worker TEXT;
     CREATE INDEX runs_claimable ON runs (created_at, seq) WHERE queue AND status IN ('queued', 'running');
+    "#,
+    // 3: scripts beside the snapshot, not in it (as SQLite's migration 5).
+    r#"
+    CREATE TABLE run_scripts (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        spec   TEXT NOT NULL,
+        text   TEXT NOT NULL,
+        PRIMARY KEY (run_id, spec)
+    );
+    INSERT INTO run_scripts (run_id, spec, text)
+        SELECT s.run_id, j.key, j.value
+        FROM run_snapshots s, jsonb_each_text(s.snapshot::jsonb -> 'scripts') j;
+    UPDATE run_snapshots SET snapshot = (snapshot::jsonb - 'scripts')::text
+        WHERE snapshot::jsonb -> 'scripts' IS NOT NULL;
     "#,
 ];
 
@@ -456,6 +470,7 @@ impl PgStore {
         let task = new.task.to_string();
         let task_path = new.task_path.to_string();
         let snapshot = new.snapshot.to_string();
+        let scripts = new.scripts.clone();
         let (max_steps, max_tokens) = (i64::from(new.max_steps), new.max_tokens as i64);
         let messages = encode_messages(&id, new.messages)?;
         let state = new.state.to_string();
@@ -470,6 +485,7 @@ impl PgStore {
                 "INSERT INTO run_snapshots (run_id, snapshot) VALUES ($1, $2)",
                 &[&id.0, &snapshot],
             )?;
+            insert_scripts(tx, &id, &scripts)?;
             insert_messages(tx, &id, 0, 0, &messages)?;
             let last = messages.len() as i64 - 1;
             tx.exec(
@@ -534,6 +550,7 @@ impl PgStore {
         let task = new.task.to_string();
         let task_path = new.task_path.to_string();
         let snapshot = new.snapshot.to_string();
+        let scripts = new.scripts.clone();
         let (max_steps, max_tokens) = (i64::from(new.max_steps), new.max_tokens as i64);
         let messages = encode_messages(&id, new.messages)?;
         let state = new.state.to_string();
@@ -548,6 +565,7 @@ impl PgStore {
                 "INSERT INTO run_snapshots (run_id, snapshot) VALUES ($1, $2)",
                 &[&id.0, &snapshot],
             )?;
+            insert_scripts(tx, &id, &scripts)?;
             insert_messages(tx, &id, 0, 0, &messages)?;
             let last = messages.len() as i64 - 1;
             tx.exec(
@@ -701,6 +719,17 @@ impl PgStore {
             .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?
             .get(0))
         })
+    }
+
+    pub fn scripts(&self, id: &RunId) -> Result<BTreeMap<String, String>> {
+        let id = id.clone();
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT spec, text FROM run_scripts WHERE run_id = $1",
+                &[&id.0],
+            )
+        })?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
@@ -1251,16 +1280,23 @@ impl PgStore {
         })
     }
 
-    pub fn replace_snapshot(&self, lease: &Lease, snapshot: &str) -> Result<()> {
+    pub fn replace_snapshot(
+        &self,
+        lease: &Lease,
+        snapshot: &str,
+        scripts: &BTreeMap<String, String>,
+    ) -> Result<()> {
         let lease = lease.clone();
         let snapshot = snapshot.to_string();
+        let scripts = scripts.clone();
         self.write(move |tx| {
             check_lease(tx, &lease)?;
             tx.exec(
                 "UPDATE run_snapshots SET snapshot = $2 WHERE run_id = $1",
                 &[&lease.run.0, &snapshot],
             )?;
-            Ok(())
+            tx.exec("DELETE FROM run_scripts WHERE run_id = $1", &[&lease.run.0])?;
+            insert_scripts(tx, &lease.run, &scripts)
         })
     }
 }
@@ -1299,6 +1335,16 @@ fn encode_messages(run: &RunId, messages: &[Message]) -> Result<Vec<Encoded>> {
             Ok((m.role.as_str(), content))
         })
         .collect()
+}
+
+fn insert_scripts(tx: &mut Tx<'_>, run: &RunId, scripts: &BTreeMap<String, String>) -> Result<()> {
+    for (spec, text) in scripts {
+        tx.exec(
+            "INSERT INTO run_scripts (run_id, spec, text) VALUES ($1, $2, $3)",
+            &[&run.0, spec, text],
+        )?;
+    }
+    Ok(())
 }
 
 fn insert_messages(

@@ -4,6 +4,7 @@
 use super::{Result, RunId, SqliteStore, StoreError, now_ms};
 use crate::model::Message;
 use rusqlite::{OptionalExtension, Row, params};
+use std::collections::BTreeMap;
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,8 +61,10 @@ pub struct NewRun<'a> {
     pub id: RunId,
     pub task: &'a str,
     pub task_path: &'a str,
-    /// JSON config snapshot (tools.toml, prompts, model specs, scripts) as at start.
+    /// JSON config snapshot (tools.toml, prompts, model specs) as at start.
     pub snapshot: &'a str,
+    /// Scripted-model texts by model spec, kept beside the snapshot.
+    pub scripts: &'a BTreeMap<String, String>,
     pub max_steps: u32,
     pub max_tokens: u64,
     /// The opening transcript (system prompt, task), step 0.
@@ -133,6 +136,7 @@ impl SqliteStore {
                 "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
                 params![new.id.0, new.snapshot],
             )?;
+            insert_scripts(tx, &new.id, new.scripts)?;
             super::journal::insert_messages(tx, &new.id, 0, 0, new.messages)?;
             tx.execute(
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
@@ -204,6 +208,7 @@ impl SqliteStore {
                 "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
                 params![new.id.0, new.snapshot],
             )?;
+            insert_scripts(tx, &new.id, new.scripts)?;
             super::journal::insert_messages(tx, &new.id, 0, 0, new.messages)?;
             tx.execute(
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
@@ -355,9 +360,17 @@ impl SqliteStore {
         .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))
     }
 
+    /// The run's scripts by model spec.
+    pub fn scripts(&self, id: &RunId) -> Result<BTreeMap<String, String>> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare_cached("SELECT spec, text FROM run_scripts WHERE run_id = ?1")?;
+        let rows = stmt.query_map([&id.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     /// The `models` of the run's config snapshot (a JSON array), picked out by
-    /// SQLite's JSON functions: the snapshot holds the scripts too — megabytes on a
-    /// long scripted run — and `runs show` needs only this from it (issue 14).
+    /// SQLite's JSON functions: `runs show` needs only this from it (issue 14).
     pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
         let conn = self.lock();
         let models: Option<Option<String>> = conn
@@ -487,4 +500,19 @@ pub(super) fn process_alive(pid: i64) -> bool {
 
 fn format_time(ms: i64) -> String {
     crate::timefmt::rfc3339(ms)
+}
+
+/// Stores a run's scripts beside its snapshot (migration 5).
+pub(super) fn insert_scripts(
+    tx: &rusqlite::Transaction<'_>,
+    run: &RunId,
+    scripts: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (spec, text) in scripts {
+        tx.execute(
+            "INSERT INTO run_scripts (run_id, spec, text) VALUES (?1, ?2, ?3)",
+            params![run.0, spec, text],
+        )?;
+    }
+    Ok(())
 }

@@ -26,6 +26,7 @@ fn new_run(store: &Store) -> Lease {
             task: "task",
             task_path: "task.md",
             snapshot: "{}",
+            scripts: &Default::default(),
             max_steps: 10,
             max_tokens: 1000,
             messages: &messages,

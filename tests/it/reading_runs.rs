@@ -159,6 +159,24 @@ fn runs_export_is_one_document_with_the_config_snapshot() {
         v["messages"].as_array().is_some_and(|m| m.len() >= 3),
         "{v:#}"
     );
+    // The script is stored beside the snapshot (it can be megabytes), and the export
+    // puts it back in.
+    let script: Value = serde_json::from_str(
+        v["config_snapshot"]["scripts"]["script:script.json"]
+            .as_str()
+            .expect("the script's text in the export"),
+    )
+    .unwrap();
+    assert_eq!(script["turns"][0]["text"], "done");
+    let conn = rusqlite::Connection::open(p.db()).unwrap();
+    let stored: String = conn
+        .query_row(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = ?1",
+            [&id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!stored.contains("\"scripts\""), "{stored}");
 }
 
 #[test]

@@ -17,6 +17,7 @@ fn runs(store: &Store, n: usize) -> Vec<RunId> {
                     task: "task",
                     task_path: "task.md",
                     snapshot: "{}",
+                    scripts: &Default::default(),
                     max_steps: 1,
                     max_tokens: 1,
                     messages: &opening,

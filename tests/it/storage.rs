@@ -157,6 +157,7 @@ fn a_locked_database_fails_a_write_after_the_busy_timeout_and_still_serves_reads
             task: "t",
             task_path: "t.md",
             snapshot: "{}",
+            scripts: &Default::default(),
             max_steps: 1,
             max_tokens: 1,
             messages: &messages,

@@ -127,6 +127,7 @@ fn open(p: &Project) -> (Store, Lease) {
             task: "task",
             task_path: "task.md",
             snapshot: "{}",
+            scripts: &Default::default(),
             max_steps: 100,
             max_tokens: 100_000,
             messages: &opening,
