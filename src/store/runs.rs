@@ -504,7 +504,7 @@ fn format_time(ms: i64) -> String {
 
 /// Stores a run's scripts beside its snapshot (migration 5).
 pub(super) fn insert_scripts(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     run: &RunId,
     scripts: &BTreeMap<String, String>,
 ) -> Result<()> {
