@@ -142,15 +142,19 @@ impl Context {
         if self.steps.iter().all(|s| keep(*s)) {
             return 0;
         }
-        let mut turns = 0;
-        let old = std::mem::take(self);
-        for (m, s) in old.messages.into_iter().zip(old.steps) {
-            if keep(s) {
-                self.push(s, m);
-            } else if m.role == Role::Assistant {
+        // In place (issue 14: this runs after every commit of a windowed run; moving
+        // the kept messages into new vectors grew them push by push).
+        let (mut turns, mut at) = (0, 0);
+        let steps = &self.steps;
+        self.messages.retain(|m| {
+            let kept = keep(steps[at]);
+            at += 1;
+            if !kept && m.role == Role::Assistant {
                 turns += 1;
             }
-        }
+            kept
+        });
+        self.steps.retain(|s| keep(*s));
         turns
     }
 

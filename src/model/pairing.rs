@@ -4,12 +4,40 @@
 
 use super::{Message, Part};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// FNV-1a, for the check's map of call ids. SipHash (std's default) was most of the
+/// check's cost (issue 14: a few dozen short ids hashed three times a request); its
+/// resistance to chosen collisions buys nothing here: the ids come from a script or
+/// a model answering us, and the worst case is a slower check of one request.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
 
 /// The first violation in `messages`, described; `None` when every call is paired.
 pub fn unpaired(messages: &[Message]) -> Option<String> {
     // Call id → results seen so far.
-    let mut calls: HashMap<&str, u32> = HashMap::new();
-    let mut order = Vec::new();
+    // Sized up front (issue 14: the scripted model checks every request; growing the
+    // map step by step was most of the check's cost).
+    let parts = messages.iter().map(|m| m.content.len()).sum();
+    let mut calls: HashMap<&str, u32, BuildHasherDefault<Fnv>> =
+        HashMap::with_capacity_and_hasher(parts, BuildHasherDefault::default());
+    let mut order = Vec::with_capacity(parts);
     for part in messages.iter().flat_map(|m| &m.content) {
         match part {
             Part::ToolCall { id, .. } => {

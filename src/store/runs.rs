@@ -458,6 +458,18 @@ pub(super) fn check_lease(tx: &rusqlite::Connection, lease: &Lease) -> Result<()
     Ok(())
 }
 
+/// Fails with `LeaseLost` unless `lease` is still the run's current lease, without
+/// refreshing the heartbeat (for a write a heartbeat-refreshing commit soon follows).
+pub(super) fn holds_lease(tx: &rusqlite::Connection, lease: &Lease) -> Result<()> {
+    let held = tx
+        .prepare_cached("SELECT 1 FROM runs WHERE id = ?1 AND lease_token = ?2")?
+        .exists(params![lease.run.0, lease.token])?;
+    if !held {
+        return Err(StoreError::LeaseLost(lease.run.clone()));
+    }
+    Ok(())
+}
+
 fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
     let id: String = r.get(0)?;
     let status: String = r.get(3)?;

@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+/// Prepared statements kept per connection: every statement of the step path fits,
+/// with room for the readers (`runs show`, resume) beside them.
+const STATEMENT_CACHE: usize = 64;
+
 pub struct SqliteStore {
     pub(super) path: PathBuf,
     pub(super) conn: Mutex<Connection>,
@@ -113,6 +117,9 @@ impl SqliteStore {
             },
             e => e,
         };
+        // A step uses ~16 distinct statements (a non-idempotent one 17): rusqlite's
+        // default cache of 16 would evict and re-prepare some of them on every step.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // Before the first read: several processes opening a fresh file at once race
         // for the WAL switch, and a reader without a busy handler fails at once.
         conn.busy_timeout(self.busy_timeout).map_err(classify)?;

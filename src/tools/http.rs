@@ -22,7 +22,10 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Response, StatusCode, Url};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use crate::config::validate::Placeholder;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::ops::Range;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -119,14 +122,13 @@ fn client() -> Result<&'static Client, ToolError> {
 /// is checked again here with the config's own rules, so a URL that escaped validation
 /// still cannot let an argument reach the scheme, host or port.
 pub fn fill_url(template: &str, args: &Value) -> Result<Url, ToolError> {
-    let holes = validate::check_url_template(template)
-        .and_then(|()| validate::url_placeholders(template))
+    let holes = checked_placeholders(template)
         .map_err(|e| ToolError::new(ErrorKind::ToolBug, format!("url template: {e}")))?;
     let invalid = |m: String| ToolError::new(ErrorKind::InvalidArguments, m);
     let query_at = template.find('?').unwrap_or(template.len());
     let mut filled = String::with_capacity(template.len());
     let mut last = 0;
-    for hole in &holes {
+    for hole in holes.iter() {
         let text = arg_text(args, &hole.name).map_err(invalid)?;
         let span = &hole.span;
         if span.start < query_at
@@ -151,6 +153,32 @@ pub fn fill_url(template: &str, args: &Value) -> Result<Url, ToolError> {
         ));
     }
     Url::parse(&filled).map_err(|e| invalid(format!("the filled url is not valid: {e}")))
+}
+
+/// The template's placeholders once it passed [`validate::check_url_template`]. The
+/// check depends on the template alone, so its verdict is kept per template for the
+/// thread (issue 14: checking parsed the template as a URL on every call, ~10k
+/// instructions); a worker that sees ever new templates starts the memo afresh.
+fn checked_placeholders(template: &str) -> Result<Rc<[Placeholder]>, String> {
+    type Memo = HashMap<String, Result<Rc<[Placeholder]>, String>>;
+    thread_local! {
+        static CHECKED: RefCell<Memo> = RefCell::new(HashMap::new());
+    }
+    const MAX_TEMPLATES: usize = 256;
+    CHECKED.with(|memo| {
+        if let Some(verdict) = memo.borrow().get(template) {
+            return verdict.clone();
+        }
+        let verdict = validate::check_url_template(template)
+            .and_then(|()| validate::url_placeholders(template))
+            .map(Rc::from);
+        let mut memo = memo.borrow_mut();
+        if memo.len() >= MAX_TEMPLATES {
+            memo.clear();
+        }
+        memo.insert(template.to_string(), verdict.clone());
+        verdict
+    })
 }
 
 /// How many `.`/`..` segments the path of `url` (after `scheme://host`) holds.
