@@ -113,7 +113,8 @@ pub enum Effect {
 pub struct Ask {
     pub step: u32,
     pub system: String,
-    pub tools: Vec<ToolSpec>,
+    /// Shared with the machine, which builds them again only when the offer changes.
+    pub tools: std::sync::Arc<[ToolSpec]>,
     /// A compaction (issue 15): the model summarises instead of taking a step.
     pub summary: Option<SummaryAsk>,
     /// Assistant turns of the transcript that are not in the context (compacted).

@@ -50,6 +50,7 @@ use crate::store::{CallRecord, EscalationRow, JournalEntry};
 use context::{Context, Window};
 use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// What the machine decides by: the run's validated config and budgets.
 #[derive(Clone, Copy)]
@@ -107,6 +108,16 @@ pub struct Machine<'a> {
     /// process began driving the run (with the time driven before it).
     now_ms: i64,
     began: Option<(i64, u64)>,
+    /// The tools offered last (a `Mutex`, not a `RefCell`: the machine is shared
+    /// with the driver's futures, which may need to be `Send`).
+    offered: Mutex<Option<OfferedTools>>,
+}
+
+/// [`Machine::offered_tools`]' last answer and what it was built from.
+struct OfferedTools {
+    degraded: bool,
+    disabled: std::collections::BTreeSet<String>,
+    specs: Arc<[ToolSpec]>,
 }
 
 /// A step between its model response and its commit.
@@ -151,6 +162,7 @@ impl<'a> Machine<'a> {
             step: None,
             now_ms: 0,
             began: None,
+            offered: Mutex::new(None),
         }
     }
 
@@ -325,7 +337,27 @@ impl<'a> Machine<'a> {
 
     /// Tools offered to the model this step: the configured ones minus withdrawn ones,
     /// plus `ask_user` — none at all once the run is degraded.
-    fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
+    ///
+    /// Built again only when what decides them changes (a tool withdrawn, the run
+    /// degraded): issue 14, the schemas and `ask_user`'s spec were cloned every step.
+    fn offered_tools(&self, state: &LoopState) -> Arc<[ToolSpec]> {
+        let mut memo = self.offered.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = memo.as_ref()
+            && m.degraded == state.degraded
+            && m.disabled == state.disabled
+        {
+            return m.specs.clone();
+        }
+        let specs: Arc<[ToolSpec]> = self.build_offered_tools(state).into();
+        *memo = Some(OfferedTools {
+            degraded: state.degraded,
+            disabled: state.disabled.clone(),
+            specs: specs.clone(),
+        });
+        specs
+    }
+
+    fn build_offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
         let mut specs: Vec<ToolSpec> = self
             .offered_defs(state)
             .map(|t| ToolSpec {
