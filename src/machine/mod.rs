@@ -326,13 +326,8 @@ impl<'a> Machine<'a> {
     /// Tools offered to the model this step: the configured ones minus withdrawn ones,
     /// plus `ask_user` — none at all once the run is degraded.
     fn offered_tools(&self, state: &LoopState) -> Vec<ToolSpec> {
-        if state.degraded {
-            return Vec::new();
-        }
         let mut specs: Vec<ToolSpec> = self
-            .configured_tools()
-            .into_iter()
-            .filter(|t| !state.disabled.contains(&t.name))
+            .offered_defs(state)
             .map(|t| ToolSpec {
                 name: t.name.clone(),
                 description: t.description.clone(),
@@ -343,6 +338,27 @@ impl<'a> Machine<'a> {
             specs.push(ask_user_spec());
         }
         specs
+    }
+
+    /// The configured tools [`Machine::offered_tools`] offers (without `ask_user`).
+    fn offered_defs<'s>(&'s self, state: &'s LoopState) -> impl Iterator<Item = &'a ToolDef> + 's {
+        let subset = self.rules.tool_subset;
+        self.rules
+            .tools
+            .tools
+            .values()
+            .filter(move |t| !state.degraded && subset.is_none_or(|s| s.contains(&t.name)))
+            .filter(move |t| !state.disabled.contains(&t.name))
+    }
+
+    /// The names of the tools [`Machine::offered_tools`] offers, without building
+    /// their specs (a schema clone each) just to read the names.
+    fn offered_names(&self, state: &LoopState) -> Vec<String> {
+        let mut names: Vec<String> = self.offered_defs(state).map(|t| t.name.clone()).collect();
+        if !names.is_empty() {
+            names.push(calls::ASK_USER.to_string());
+        }
+        names
     }
 
     /// A call whose effect must not happen twice: marked started before it runs, and

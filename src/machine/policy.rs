@@ -11,33 +11,58 @@ use sha2::{Digest, Sha256};
 /// JSON with object keys sorted at every level, so `{"a":1,"b":2}` and
 /// `{"b":2,"a":1}` are the same call.
 pub fn canonical_json(v: &Value) -> String {
+    let mut out = Vec::with_capacity(64);
+    write_canonical(&mut out, v);
+    // Only serde_json's output and ASCII punctuation went in.
+    String::from_utf8(out).expect("canonical JSON is UTF-8")
+}
+
+/// [`canonical_json`] into one buffer (issue 14: it was a `String` per field and
+/// per level; a few digests are taken per call). Keys and scalars are written by
+/// serde_json, exactly as `Value`'s `Display` writes them.
+fn write_canonical(out: &mut Vec<u8>, v: &Value) {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let fields: Vec<String> = keys
-                .iter()
-                .map(|k| {
-                    format!(
-                        "{}:{}",
-                        Value::String((*k).clone()),
-                        canonical_json(&map[*k])
-                    )
-                })
-                .collect();
-            format!("{{{}}}", fields.join(","))
+            // serde_json's map is a BTreeMap (sorted) unless `preserve_order` is on.
+            if !keys.is_sorted() {
+                keys.sort();
+            }
+            out.push(b'{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json(out, k);
+                out.push(b':');
+                write_canonical(out, &map[k]);
+            }
+            out.push(b'}');
         }
         Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(canonical_json).collect();
-            format!("[{}]", items.join(","))
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(b']');
         }
-        other => other.to_string(),
+        other => write_json(out, other),
     }
+}
+
+/// A key or a scalar, as serde_json writes it (into a `Vec`, which cannot fail).
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    serde_json::to_writer(out, v).expect("a JSON key or scalar serialises");
 }
 
 /// SHA-256 of the canonical JSON of a call's arguments, hex.
 pub fn args_digest(args: &Value) -> String {
-    let hash = Sha256::digest(canonical_json(args).as_bytes());
+    let mut canonical = Vec::with_capacity(64);
+    write_canonical(&mut canonical, args);
+    let hash = Sha256::digest(&canonical);
     // One allocation, not a `format!` per byte (issue 14: a few digests per call).
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(hash.len() * 2);
@@ -245,6 +270,40 @@ mod tests {
         assert_eq!(args_digest(&a), args_digest(&b));
         assert_ne!(args_digest(&a), args_digest(&json!({"a": 2})));
         assert_eq!(canonical_json(&json!({"b": 2, "a": 1})), r#"{"a":1,"b":2}"#);
+    }
+
+    /// The one-buffer writer gives the same text (so the same digests, stored in
+    /// states and approvals) as the string-per-field version it replaced.
+    #[test]
+    fn canonical_json_is_the_text_it_always_was() {
+        fn before(v: &Value) -> String {
+            match v {
+                Value::Object(map) => {
+                    let mut keys: Vec<&String> = map.keys().collect();
+                    keys.sort();
+                    let fields: Vec<String> = keys
+                        .iter()
+                        .map(|k| format!("{}:{}", Value::String((*k).clone()), before(&map[*k])))
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                }
+                Value::Array(items) => {
+                    let items: Vec<String> = items.iter().map(before).collect();
+                    format!("[{}]", items.join(","))
+                }
+                other => other.to_string(),
+            }
+        }
+        let cases = [
+            json!({}),
+            json!([]),
+            json!(null),
+            json!({"z": [1, 2.5, -3, {"y": null, "x": true}], "a\"\n\u{1}é": "q\"\\/\t☃", "": {}}),
+            json!([{"b": {"d": [], "c": 1e300}, "a": "x"}, "s", false, 18446744073709551615u64]),
+        ];
+        for v in cases {
+            assert_eq!(canonical_json(&v), before(&v), "{v}");
+        }
     }
 
     fn policy() -> Policy {

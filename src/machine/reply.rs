@@ -41,11 +41,7 @@ impl Machine<'_> {
         if calls.is_empty() {
             return self.finish_answer(next, assistant);
         }
-        let offered = self
-            .offered_tools(&self.state)
-            .into_iter()
-            .map(|t| t.name)
-            .collect();
+        let offered = self.offered_names(&self.state);
         let slots = calls.iter().map(|_| Slot::Pending).collect();
         self.step = Some(Step {
             number,

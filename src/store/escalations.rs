@@ -249,7 +249,7 @@ impl SqliteStore {
 }
 
 pub(super) fn insert(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     run: &RunId,
     new: &NewEscalation<'_>,
 ) -> Result<EscalationId> {

@@ -36,7 +36,7 @@ use super::runs::check_lease;
 use super::{Durability, Lease, Result, RunId, RunStatus, SqliteStore, StoreError, now_ms};
 use crate::model::{Message, ModelResponse, Role};
 use crate::trace::TraceEvent;
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
 /// The journal's view of a call (DESIGN §1 `tool_calls[].status`).
@@ -169,12 +169,10 @@ impl SqliteStore {
     /// The journaled model response for `step`, if the step was begun but not committed.
     pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
         let conn = self.lock();
+        // Asked before every step (a fresh step finds nothing): a cached statement.
         let text: Option<String> = conn
-            .query_row(
-                "SELECT response FROM model_turns WHERE run_id = ?1 AND step = ?2",
-                params![run.0, step],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT response FROM model_turns WHERE run_id = ?1 AND step = ?2")?
+            .query_row(params![run.0, step], |r| r.get(0))
             .optional()?;
         text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(run, e)))
             .transpose()
@@ -520,7 +518,7 @@ impl SqliteStore {
 }
 
 pub(super) fn insert_messages(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run: &RunId,
     first_seq: i64,
     step: u32,
@@ -542,7 +540,7 @@ pub(super) fn insert_messages(
     Ok(())
 }
 
-fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
+fn update_call(tx: &Connection, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tool_calls SET status = ?3, started = 1, attempts = ?4, result = ?5, is_error = ?6, via = ?7
          WHERE run_id = ?1 AND call_id = ?2 AND step = ?8",
@@ -561,7 +559,7 @@ fn update_call(tx: &Transaction<'_>, run: &RunId, step: u32, r: &CallRecord) -> 
 }
 
 pub(super) fn insert_events(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run: &RunId,
     step: u32,
     events: &[TraceEvent],

@@ -448,7 +448,7 @@ const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_to
 
 /// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
 /// the heartbeat as a side effect (every write proves the holder is alive).
-pub(super) fn check_lease(tx: &rusqlite::Transaction<'_>, lease: &Lease) -> Result<()> {
+pub(super) fn check_lease(tx: &rusqlite::Connection, lease: &Lease) -> Result<()> {
     let n = tx
         .prepare_cached("UPDATE runs SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_token = ?2")?
         .execute(params![lease.run.0, lease.token, now_ms()])?;
@@ -504,7 +504,7 @@ fn format_time(ms: i64) -> String {
 
 /// Stores a run's scripts beside its snapshot (migration 5).
 pub(super) fn insert_scripts(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     run: &RunId,
     scripts: &BTreeMap<String, String>,
 ) -> Result<()> {
