@@ -14,7 +14,9 @@ use super::report::{Table, num};
 use serde_json::Value;
 use std::path::Path;
 
-pub fn report(file: &Path, rows: &[Row], floor: f64) -> String {
+/// `own`: agentrun's own row for the second table (bytes / step, resume, cold start),
+/// already formatted.
+pub fn report(file: &Path, rows: &[Row], floor: f64, own: [String; 3]) -> String {
     let mut out = String::from("\n### Next to the peers (same workload, same machine)\n\n");
     let Some(peers) = std::fs::read_to_string(file)
         .ok()
@@ -63,6 +65,8 @@ pub fn report(file: &Path, rows: &[Row], floor: f64) -> String {
     }
     out.push_str(&t.finish());
     let mut t = Table::new(&["peer", "bytes / step", "resume", "cold start"]);
+    let [bytes, resume, cold] = own;
+    t.row(vec!["agentrun".into(), bytes, resume, cold]);
     for (name, p) in peers["peers"].as_object().unwrap_or(&empty) {
         let f = |k: &str| p[k].as_f64().map_or("—".into(), num);
         t.row(vec![

@@ -8,18 +8,22 @@
 #
 #   benches/peers/run.sh            # N = 100 and 1000
 #   STEPS="100" benches/peers/run.sh
+#   VENV=target/peers-venv benches/peers/run.sh   # keep (and reuse) the virtualenv, so
+#                                                 # a later run measures without installing
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 target="$root/target"
 work="$(mktemp -d "$target/peers-XXXXXX")"
-venv="$work/venv"
+venv="${VENV:-$work/venv}"
 STEPS="${STEPS:-100 1000}"
 trap '[ "${KEEP_VENV:-0}" = 1 ] || rm -rf "$work"' EXIT
 
-python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check \
-  langgraph langgraph-checkpoint-sqlite dbos >&2
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    langgraph langgraph-checkpoint-sqlite dbos >&2
+fi
 py="$venv/bin/python"
 ver() { "$venv/bin/pip" show "$1" 2>/dev/null | awk '/^Version:/ {print $2}'; }
 div() { printf '%.4f' "$(echo "$1 / $2" | bc -l)"; }

@@ -168,10 +168,7 @@ impl Observer for Progress {
     /// A tool call is about to run (it may take up to `max_attempts` attempts).
     fn call_started(&self, tool: &str, max_attempts: u32) {
         if let Out::Live(live) = &self.out {
-            live.update(|st| {
-                st.tool = Some((tool.to_string(), 1, max_attempts));
-                st.doing = format!("{tool} attempt 1/{max_attempts}");
-            });
+            live.update(|st| st.call_started(tool, max_attempts));
         }
     }
 
@@ -183,10 +180,7 @@ impl Observer for Progress {
             Out::Plain => print_line(&line),
             Out::Live(live) => {
                 live.println(&line);
-                live.update(|st| {
-                    st.tool = None;
-                    st.doing.clear();
-                });
+                live.update(LiveState::call_finished);
             }
         }
     }
@@ -373,10 +367,33 @@ struct LiveState {
     step: Option<String>,
     /// The tool in flight: name, attempt, max attempts.
     tool: Option<(String, u32, u32)>,
+    /// Calls in flight: a turn's independent calls run together (issue 14).
+    running: usize,
     doing: String,
 }
 
 impl LiveState {
+    fn call_started(&mut self, tool: &str, max_attempts: u32) {
+        self.running += 1;
+        self.tool = Some((tool.to_string(), 1, max_attempts));
+        self.doing = match self.running {
+            1 => format!("{tool} attempt 1/{max_attempts}"),
+            n => format!("{n} calls running (latest {tool})"),
+        };
+    }
+
+    fn call_finished(&mut self) {
+        self.running = self.running.saturating_sub(1);
+        match self.running {
+            0 => {
+                self.tool = None;
+                self.doing.clear();
+            }
+            1 => self.doing = "1 call running".into(),
+            n => self.doing = format!("{n} calls running"),
+        }
+    }
+
     fn message(&self) -> String {
         let parts: Vec<&str> = [self.step.as_deref(), Some(self.doing.as_str())]
             .into_iter()
@@ -530,6 +547,7 @@ mod tests {
         let st = LiveState {
             step: Some("step 2/10 · 930/20000 tokens".into()),
             tool: None,
+            running: 1,
             doing: "search_kb attempt 2/3".into(),
         };
         assert_eq!(
@@ -537,6 +555,23 @@ mod tests {
             "step 2/10 · 930/20000 tokens · search_kb attempt 2/3"
         );
         assert_eq!(LiveState::default().message(), "");
+    }
+
+    #[test]
+    fn the_status_line_counts_calls_running_together() {
+        let mut st = LiveState::default();
+        st.call_started("a", 3);
+        assert_eq!(st.message(), "a attempt 1/3");
+        st.call_started("b", 3);
+        st.call_started("c", 1);
+        assert_eq!(st.message(), "3 calls running (latest c)");
+        st.call_finished();
+        assert_eq!(st.message(), "2 calls running");
+        st.call_finished();
+        assert_eq!(st.message(), "1 call running");
+        st.call_finished();
+        assert_eq!(st.message(), "");
+        assert_eq!(st.tool, None);
     }
 
     #[test]

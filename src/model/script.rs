@@ -45,10 +45,8 @@ struct ScriptCall {
     #[serde(default)]
     id: Option<String>,
     name: String,
-    /// Kept as JSON text and parsed when its turn comes: a parsed object costs a B-tree
-    /// node (~700 bytes) per call, ~90 MB for a 100,000-turn script (issue 14).
-    #[serde(default = "empty_object", deserialize_with = "json_text")]
-    args: String,
+    #[serde(default = "empty_object")]
+    args: Value,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -69,12 +67,8 @@ struct ScriptFail {
     retry_after: Option<f64>,
 }
 
-fn empty_object() -> String {
-    "{}".into()
-}
-
-fn json_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    Value::deserialize(d).map(|v| v.to_string())
+fn empty_object() -> Value {
+    Value::Object(Default::default())
 }
 
 /// A script is read once and its turns parsed when their turn comes: a 100,000-turn
@@ -169,7 +163,7 @@ impl ScriptModel {
                 });
             }
         }
-        Ok(self.response(index, &turn))
+        Ok(self.response(index, turn))
     }
 
     /// A compaction's summary, written mechanically so it is deterministic: every
@@ -205,27 +199,23 @@ impl ScriptModel {
         }
     }
 
-    fn response(&self, index: usize, turn: &Turn) -> ModelResponse {
-        let mut content = Vec::new();
-        if let Some(text) = &turn.text {
-            content.push(Part::Text { text: text.clone() });
-        }
-        for (i, call) in turn.tool_calls.iter().enumerate() {
-            content.push(Part::ToolCall {
-                id: call
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| format!("call_{index}_{i}")),
-                name: call.name.clone(),
-                args: serde_json::from_str(&call.args)
-                    .expect("args are JSON text that serde_json wrote"),
-            });
-        }
+    fn response(&self, index: usize, turn: Turn) -> ModelResponse {
         let stop = match turn.stop.as_deref() {
             Some("max_tokens") => StopReason::MaxTokens,
             _ if turn.tool_calls.is_empty() => StopReason::EndTurn,
             _ => StopReason::ToolUse,
         };
+        let mut content = Vec::new();
+        if let Some(text) = turn.text {
+            content.push(Part::Text { text });
+        }
+        for (i, call) in turn.tool_calls.into_iter().enumerate() {
+            content.push(Part::ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{index}_{i}")),
+                name: call.name,
+                args: call.args,
+            });
+        }
         ModelResponse {
             message: Message {
                 role: Role::Assistant,
@@ -284,7 +274,7 @@ fn check(turn: &Turn) -> Result<(), String> {
     if turn.text.is_none() && turn.tool_calls.is_empty() {
         return Err("neither `text` nor `tool_calls`".into());
     }
-    if let Some(call) = turn.tool_calls.iter().find(|c| !c.args.starts_with('{')) {
+    if let Some(call) = turn.tool_calls.iter().find(|c| !c.args.is_object()) {
         return Err(format!("args of `{}` must be a JSON object", call.name));
     }
     match turn.stop.as_deref() {

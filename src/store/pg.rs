@@ -165,6 +165,10 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// Rows per read when walking a whole run (`runs show`, export): memory stays flat
+/// however long the run.
+const PAGE: u32 = 512;
+
 /// A job for the connection thread.
 type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 
@@ -1018,10 +1022,18 @@ impl PgStore {
         run: &RunId,
         mut f: impl FnMut(StoredMessage) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        for m in self.messages(run)? {
-            f(m)?;
+        // A page at a time, so `runs show` of a long run stays flat in memory.
+        let mut after = i64::MIN;
+        loop {
+            let page = self.messages_after(run, after, PAGE)?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = last.seq;
+            for m in page {
+                f(m)?;
+            }
         }
-        Ok(())
     }
 
     pub fn messages_after(
@@ -1102,8 +1114,23 @@ impl PgStore {
         run: &RunId,
         mut f: impl FnMut(JournalEntry) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        for e in self.journal(run)? {
-            f(e)?;
+        // Step ranges (the key is by step; a step holds at most a turn's calls).
+        let id = run.clone();
+        let last: Option<i64> = self
+            .read(move |r| {
+                r.opt(
+                    "SELECT max(step) FROM tool_calls WHERE run_id = $1",
+                    &[&id.0],
+                )
+            })?
+            .and_then(|row| row.get(0));
+        let mut first = 0;
+        while first <= last.unwrap_or(-1) {
+            let to = first.saturating_add(i64::from(PAGE) - 1);
+            for e in self.journal_rows(run, first, to)? {
+                f(e)?;
+            }
+            first = to.saturating_add(1);
         }
         Ok(())
     }
@@ -1124,10 +1151,17 @@ impl PgStore {
         run: &RunId,
         mut f: impl FnMut(StoredEvent) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        for e in self.events(run)? {
-            f(e)?;
+        let mut after = i64::MIN;
+        loop {
+            let page = self.events_after(run, after, PAGE)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = *last;
+            for (_, e) in page {
+                f(e)?;
+            }
         }
-        Ok(())
     }
 
     // ---- escalations ------------------------------------------------------------

@@ -38,7 +38,7 @@ fn the_durability_suite_passes_on_postgresql() {
     };
     std::thread::scope(|s| {
         let db = &db;
-        let suites: [(&str, Suite); 11] = [
+        let suites: [(&str, Suite); 12] = [
             ("crash points", crate::crash::every_crash_point),
             ("racing resumes", crate::lease::four_racing_resumes),
             ("parallel runs", crate::lease::four_runs_in_parallel),
@@ -61,6 +61,10 @@ fn the_durability_suite_passes_on_postgresql() {
             (
                 "resolve requeues",
                 crate::queue::resolving_an_escalation_requeues_the_run,
+            ),
+            (
+                "runs show across pages",
+                crate::scale::runs_show_walks_every_page,
             ),
         ];
         let handles: Vec<_> = suites

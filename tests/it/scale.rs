@@ -156,3 +156,51 @@ fn a_scripted_run_past_the_window_resumes_to_the_uninterrupted_transcript() {
     assert_eq!(turns_requested(&seen), (0..=40).collect::<Vec<_>>());
     check_no_stored_turn_requested_again(&seen).expect("no turn asked for twice");
 }
+
+#[test]
+fn runs_show_walks_a_long_run_whole_and_in_order() {
+    runs_show_walks_every_page(&crate::common::Db::Sqlite);
+}
+
+/// 600 steps: more messages, events and steps than one page of the store's walks
+/// (512 rows or steps), so `runs show --json` crosses page boundaries
+/// (`tests/it/pg.rs` runs it on PostgreSQL, whose walks are paged).
+pub fn runs_show_walks_every_page(db: &crate::common::Db) {
+    use serde_json::json;
+    let n = 600u64;
+    let p = Project::on(db);
+    p.write(
+        "tools.toml",
+        "[tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\nidempotent = true\n",
+    );
+    let mut turns: Vec<_> = (0..n)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "args": {"i": i}}]}))
+        .collect();
+    turns.push(json!({"text": "done"}));
+    p.model_script(json!(turns));
+    p.task(&format!("max_steps = {}", n + 1), "Echo until done.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let messages = show["messages"].as_array().expect("messages");
+    // system, task, then a call and its result per step, then the answer.
+    assert_eq!(messages.len() as u64, 2 + 2 * n + 1);
+    let calls = show["tool_calls"].as_array().expect("tool_calls");
+    let steps: Vec<u64> = calls.iter().map(|c| c["step"].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (1..=n).collect::<Vec<_>>(),
+        "each step's call once, in order"
+    );
+    let args: Vec<u64> = calls
+        .iter()
+        .map(|c| c["args"]["i"].as_u64().unwrap())
+        .collect();
+    assert_eq!(args, (0..n).collect::<Vec<_>>());
+    let events = show["events"].as_array().expect("events");
+    assert!(events.len() as u64 >= n, "{} events", events.len());
+    let event_steps: Vec<u64> = events.iter().map(|e| e["step"].as_u64().unwrap()).collect();
+    assert!(
+        event_steps.windows(2).all(|w| w[0] <= w[1]),
+        "events in order"
+    );
+}
