@@ -17,16 +17,16 @@ use super::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::backoff;
 use crate::config::types::{HttpSpec, ToolDef};
 use crate::config::validate;
+use crate::config::validate::Placeholder;
 use crate::redact::Secrets;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Client, Method, Response, StatusCode, Url};
 use serde_json::Value;
-use crate::config::validate::Placeholder;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::ops::Range;
+use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
