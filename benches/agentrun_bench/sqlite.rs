@@ -93,6 +93,12 @@ pub fn storage(db: &Path) -> Storage {
 pub fn copy_db(from: &Path, to: &Path) {
     remove_db(to);
     std::fs::copy(from, to).expect("copy database");
+    // Flushed before the timed command: otherwise the first fsync of the file in it
+    // (SQLite's checkpoint at close) writes back the whole copy — 40+ ms for a
+    // 100,000-step database — and the bench would charge its own copy to agentrun.
+    std::fs::File::open(to)
+        .and_then(|f| f.sync_all())
+        .expect("flush the copy");
 }
 
 /// Grows a database holding one finished run to `total` runs, by copying that run's
