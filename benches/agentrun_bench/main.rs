@@ -88,19 +88,21 @@ struct Row {
     tool_ms: f64,
     cpu_per_step_ms: f64,
     max_rss_mib: f64,
-    /// Median and mean step time of the first and last tenth of the steps.
-    first_tenth_ms: (f64, f64),
-    last_tenth_ms: (f64, f64),
+    /// Median, mean and 10th percentile step time of the first and last tenth.
+    first_tenth_ms: (f64, f64, f64),
+    last_tenth_ms: (f64, f64, f64),
 }
 
 impl Row {
     /// Growth: last tenth over first tenth, by medians (a burst of load from the
     /// machine's other users moves a mean far more than a median), and by means (which
-    /// count periodic costs such as WAL checkpoints).
-    fn growth(&self) -> (f64, f64) {
+    /// count periodic costs such as WAL checkpoints), and by 10th percentiles (a step
+    /// the machine's other load left alone: what the run itself costs).
+    fn growth(&self) -> (f64, f64, f64) {
         (
             self.last_tenth_ms.0 / self.first_tenth_ms.0,
             self.last_tenth_ms.1 / self.first_tenth_ms.1,
+            self.last_tenth_ms.2 / self.first_tenth_ms.2,
         )
     }
 }
@@ -275,7 +277,7 @@ impl Bench {
             "× floor",
             "CPU / step (ms)",
             "peak RSS (MiB)",
-            "last ÷ first tenth: medians (ms → ms); means",
+            "last ÷ first tenth: medians (ms → ms); means; p10s",
         ]);
         for r in &rows {
             t.row(vec![
@@ -291,11 +293,12 @@ impl Bench {
                 num(r.cpu_per_step_ms),
                 num(r.max_rss_mib),
                 format!(
-                    "{} ({} → {}); {}",
+                    "{} ({} → {}); {}; {}",
                     num(r.growth().0),
                     num(r.first_tenth_ms.0),
                     num(r.last_tenth_ms.0),
                     num(r.growth().1),
+                    num(r.growth().2),
                 ),
             ]);
         }
@@ -429,10 +432,11 @@ impl Bench {
             ]);
         }
         let long_row = rows.iter().find(|r| r.steps == long_n && r.tool == "HTTP");
-        let growth = long_row.map_or(f64::NAN, |r| r.growth().0);
+        let (growth, p10s) =
+            long_row.map_or((f64::NAN, f64::NAN), |r| (r.growth().0, r.growth().2));
         t.row(vec![
             format!("last tenth ≤ 1.1 × first tenth at {long_n} steps (medians)"),
-            format!("{}×", num(growth)),
+            format!("{}× (p10s: {}×)", num(growth), num(p10s)),
             verdict(growth <= 1.1).into(),
         ]);
         let rss = long_row.map_or(f64::NAN, |r| r.max_rss_mib);
@@ -739,10 +743,12 @@ fn row(label: &str, n: u32, runs: &[StepRun]) -> Row {
         first_tenth_ms: (
             median(&tenths.iter().map(|t| t.0.0).collect::<Vec<_>>()),
             median(&tenths.iter().map(|t| t.0.1).collect::<Vec<_>>()),
+            median(&tenths.iter().map(|t| t.0.2).collect::<Vec<_>>()),
         ),
         last_tenth_ms: (
             median(&tenths.iter().map(|t| t.1.0).collect::<Vec<_>>()),
             median(&tenths.iter().map(|t| t.1.1).collect::<Vec<_>>()),
+            median(&tenths.iter().map(|t| t.1.2).collect::<Vec<_>>()),
         ),
     }
 }

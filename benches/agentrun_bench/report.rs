@@ -37,11 +37,12 @@ pub fn intervals_ms(ns: &[u64]) -> Vec<f64> {
 
 /// Step times (ms) of the first and last tenth of a run's steps: (first, last), each
 /// as (median, mean).
-pub fn tenths(intervals: &[f64]) -> ((f64, f64), (f64, f64)) {
+pub fn tenths(intervals: &[f64]) -> ((f64, f64, f64), (f64, f64, f64)) {
     let tenth = (intervals.len() / 10).max(1);
     let first = &intervals[..tenth];
     let last = &intervals[intervals.len() - tenth..];
-    ((median(first), mean(first)), (median(last), mean(last)))
+    let stats = |x: &[f64]| (median(x), mean(x), quantile(x, 0.1));
+    (stats(first), stats(last))
 }
 
 /// A number with a sensible count of digits for a table cell.
