@@ -215,14 +215,7 @@ mod tests {
             escalations: Vec::new(),
         });
         assert_eq!(start, vec![Effect::LoadStep { step: 31 }]);
-        let asked = m.handle(Event::StepLoaded {
-            turn: None,
-            journal: Vec::new(),
-            escalations: Vec::new(),
-        });
-        let [Effect::AskModel(ask)] = asked.as_slice() else {
-            panic!("{asked:?}")
-        };
+        let ask = m.load_empty_step();
         let summary = ask.summary.as_ref().expect("a summary request");
         assert!(ask.tools.is_empty());
         assert!(ask.system.starts_with("You are compacting"));
@@ -258,14 +251,7 @@ mod tests {
         );
         // Then the step it was for, from the compacted context.
         assert_eq!(out.last(), Some(&Effect::LoadStep { step: 32 }));
-        let asked = m.handle(Event::StepLoaded {
-            turn: None,
-            journal: Vec::new(),
-            escalations: Vec::new(),
-        });
-        let [Effect::AskModel(ask)] = asked.as_slice() else {
-            panic!("{asked:?}")
-        };
+        let ask = m.load_empty_step();
         assert_eq!(ask.summary, None);
         assert_eq!(ask.turns_left_out, 29);
         // system, task, summary, step 30's call and result.

@@ -418,3 +418,20 @@ impl<'a> Machine<'a> {
 pub fn first_kept_step(steps: u32, keep: u32) -> u32 {
     (steps + 1).saturating_sub(keep).max(1)
 }
+
+#[cfg(test)]
+impl Machine<'_> {
+    /// Feeds a step with nothing stored for it (no model turn, journal or decision)
+    /// and returns the model request that follows; panics on anything else.
+    pub(super) fn load_empty_step(&mut self) -> effects::Ask {
+        let out = self.handle(Event::StepLoaded {
+            turn: None,
+            journal: Vec::new(),
+            escalations: Vec::new(),
+        });
+        match <[Effect; 1]>::try_from(out) {
+            Ok([Effect::AskModel(ask)]) => ask,
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -120,14 +120,7 @@ fn the_cost_guard_stops_like_the_step_guard_and_the_request_says_what_is_left() 
     };
     let mut m = machine(&tools, &prompts, spend, under);
     start(&mut m);
-    let asked = m.handle(Event::StepLoaded {
-        turn: None,
-        journal: Vec::new(),
-        escalations: Vec::new(),
-    });
-    let [Effect::AskModel(ask)] = asked.as_slice() else {
-        panic!("{asked:?}")
-    };
+    let ask = m.load_empty_step();
     assert!(
         ask.system.ends_with(" $0.2500 of $0.5000 remain."),
         "{}",

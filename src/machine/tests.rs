@@ -83,16 +83,9 @@ fn ask(m: &mut Machine<'_>) -> Ask {
             step: m.state().steps + 1
         }]
     );
-    let asked = m.handle(Event::StepLoaded {
-        turn: None,
-        journal: Vec::new(),
-        escalations: Vec::new(),
-    });
-    let [Effect::AskModel(ask)] = asked.as_slice() else {
-        panic!("{asked:?}")
-    };
+    let ask = m.load_empty_step();
     check_pairing(m);
-    ask.clone()
+    ask
 }
 
 /// What the scripted model checks on every request.

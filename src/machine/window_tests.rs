@@ -38,16 +38,9 @@ fn the_window_keeps_the_last_steps_and_counts_the_turns_left_out() {
             call_id: format!("c{i}"),
             execution: outcome(json!(i), None, 1),
         });
-        let out = m.handle(Event::StepLoaded {
-            turn: None,
-            journal: Vec::new(),
-            escalations: Vec::new(),
-        });
-        let [Effect::AskModel(a)] = out.as_slice() else {
-            panic!("{out:?}")
-        };
+        let a = m.load_empty_step();
         check_pairing(&m);
-        asked = a.clone();
+        asked = a;
     }
     // Five steps taken: the opening and steps 4 and 5 remain.
     let assistants = m
