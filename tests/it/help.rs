@@ -120,17 +120,21 @@ fn man_pages_exist_per_command_with_exit_status_and_environment() {
     );
 }
 
+/// A project with one finished run, and the run's id: what completion should offer.
+fn one_finished_run() -> (Project, String) {
+    let p = Project::new();
+    p.model_script(json!([{"text": "done"}]));
+    p.task("tools = []", "x");
+    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    (p, id)
+}
+
 /// Runs bash's completion function for a command line; what it would offer.
 fn complete(p: &Project, line: &str) -> Vec<String> {
-    let bin_dir = crate::common::bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = crate::common::path_with_bin();
     let script = format!(
         "source <(agentrun completions bash)\nCOMP_WORDS=({line} '')\nCOMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\nCOMP_LINE='{line} '\nCOMP_POINT=${{#COMP_LINE}}\n_agentrun_with_run_ids agentrun '' \"${{COMP_WORDS[COMP_CWORD-1]}}\"\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
     );
@@ -160,13 +164,7 @@ fn bash_completion_offers_statuses_and_run_ids() {
         eprintln!("bash is not installed; skipped");
         return;
     }
-    let p = Project::new();
-    p.model_script(json!([{"text": "done"}]));
-    p.task("tools = []", "x");
-    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (p, id) = one_finished_run();
     assert_eq!(
         complete(&p, "agentrun runs show"),
         std::slice::from_ref(&id)
@@ -195,15 +193,7 @@ zpty -d z
 
 /// What zsh offers after `line` (with a trailing space), through agentrun's script.
 fn complete_zsh(p: &Project, line: &str) -> String {
-    let bin_dir = crate::common::bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = crate::common::path_with_bin();
     let script = p.run(&["completions", "zsh"]).expect_code(0).stdout.clone();
     p.write("zfunc/_agentrun", &script);
     let driver = p.write("complete.zsh", ZSH_DRIVER);
@@ -243,13 +233,7 @@ fn zsh_completion_offers_run_ids_and_statuses() {
         eprintln!("zsh (with zsh/zpty) is not installed; skipped");
         return;
     }
-    let p = Project::new();
-    p.model_script(json!([{"text": "done"}]));
-    p.task("tools = []", "x");
-    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (p, id) = one_finished_run();
     for line in [
         "agentrun resume",
         "agentrun runs show",
@@ -273,23 +257,13 @@ fn fish_completion_offers_run_ids_and_statuses() {
         eprintln!("fish is not installed; skipped");
         return;
     }
-    let p = Project::new();
-    p.model_script(json!([{"text": "done"}]));
-    p.task("tools = []", "x");
-    let id = p.run(&["start", "task.md", "--json"]).expect_code(0).json()["run_id"]
-        .as_str()
-        .expect("id")
-        .to_string();
+    let (p, id) = one_finished_run();
     let script = p
         .run(&["completions", "fish"])
         .expect_code(0)
         .stdout
         .clone();
     let file = p.write("agentrun.fish", &script);
-    let bin_dir = crate::common::bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
     // `complete -C LINE` prints what fish would offer after LINE.
     let complete = |line: &str| -> Vec<String> {
         let out = std::process::Command::new("fish")
@@ -297,14 +271,7 @@ fn fish_completion_offers_run_ids_and_statuses() {
             .arg("-c")
             .arg(format!("source {}; complete -C '{line} '", file.display()))
             .current_dir(p.path())
-            .env(
-                "PATH",
-                format!(
-                    "{}:{}",
-                    bin_dir.display(),
-                    std::env::var("PATH").unwrap_or_default()
-                ),
-            )
+            .env("PATH", crate::common::path_with_bin())
             .env("AGENTRUN_DB", p.db())
             .output()
             .expect("fish");

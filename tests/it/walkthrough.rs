@@ -115,23 +115,12 @@ fn the_readme_walkthrough_runs_my_own_tool_against_an_openai_compatible_server()
             .mount(&server),
     );
     let script = as_script(&blocks, &server.uri());
-    let bin_dir = crate::common::bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
     let mut cmd = std::process::Command::new("bash");
     cmd.arg("-c")
         .arg(&script)
         .current_dir(home.path())
         .env("HOME", home.path())
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                bin_dir.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+        .env("PATH", crate::common::path_with_bin())
         .stdin(std::process::Stdio::null());
     // The reader's shell has none of the test's settings.
     for (name, _) in std::env::vars() {

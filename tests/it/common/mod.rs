@@ -101,6 +101,15 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_agentrun"))
 }
 
+/// `PATH` with the binary under test first, for shells that run `agentrun` by name.
+pub fn path_with_bin() -> String {
+    format!(
+        "{}:{}",
+        bin().parent().expect("bin dir").display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 impl Project {
     pub fn new() -> Project {
         Project {
