@@ -167,10 +167,11 @@ fn in_terminal(p: &Project, args: &str) -> Option<String> {
         .output();
     match out {
         Ok(o) => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("skipping: util-linux `script` is not installed");
-            None
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::common::peer::available(
+            "util-linux `script`",
+            "`apt-get install util-linux`",
+            || None,
+        ),
         Err(e) => panic!("cannot run script: {e}"),
     }
 }

@@ -2,7 +2,7 @@
 //! error style, man pages per command with EXIT STATUS and ENVIRONMENT, completions
 //! that offer statuses and run ids, and the messages that used to mislead.
 
-use crate::common::{Project, Run};
+use crate::common::{Project, Run, peer};
 use serde_json::{Value, json};
 
 const COMMANDS: &[&[&str]] = &[
@@ -155,13 +155,7 @@ fn complete(p: &Project, line: &str) -> Vec<String> {
 
 #[test]
 fn bash_completion_offers_statuses_and_run_ids() {
-    if std::process::Command::new("bash")
-        .arg("-c")
-        .arg("true")
-        .status()
-        .is_err()
-    {
-        eprintln!("bash is not installed; skipped");
+    if peer::available("bash", "`apt-get install bash`", || peer::on_path("bash")).is_none() {
         return;
     }
     let (p, id) = one_finished_run();
@@ -223,14 +217,15 @@ fn complete_zsh(p: &Project, line: &str) -> String {
 
 #[test]
 fn zsh_completion_offers_run_ids_and_statuses() {
-    if std::process::Command::new("zsh")
-        .arg("-fc")
-        .arg("zmodload zsh/zpty")
-        .status()
-        .map_or(true, |s| !s.success())
-    {
-        // .ci/run installs zsh; a developer machine may not have it.
-        eprintln!("zsh (with zsh/zpty) is not installed; skipped");
+    let zpty = || {
+        std::process::Command::new("zsh")
+            .args(["-fc", "zmodload zsh/zpty"])
+            .status()
+            .is_ok_and(|s| s.success())
+            .then_some(())
+    };
+    // .ci/run installs zsh; a developer machine may not have it.
+    if peer::available("zsh with zsh/zpty", "`apt-get install zsh`", zpty).is_none() {
         return;
     }
     let (p, id) = one_finished_run();
@@ -248,13 +243,8 @@ fn zsh_completion_offers_run_ids_and_statuses() {
 
 #[test]
 fn fish_completion_offers_run_ids_and_statuses() {
-    if std::process::Command::new("fish")
-        .arg("--version")
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
-        // .ci/run installs fish; a developer machine may not have it.
-        eprintln!("fish is not installed; skipped");
+    // .ci/run installs fish; a developer machine may not have it.
+    if peer::available("fish", "`apt-get install fish`", || peer::on_path("fish")).is_none() {
         return;
     }
     let (p, id) = one_finished_run();

@@ -1,8 +1,8 @@
 //! MCP tool servers end to end (issue 16), against real servers nobody here wrote: the
 //! reference `@modelcontextprotocol/server-everything` from npm (stdio and streamable
-//! HTTP) and `mcp-server-time` from PyPI. `.ci/run` installs both; a test skips with one
-//! line only when `npx` or `python3 -m pip` is missing, and fails with the install
-//! command when they are present but the servers are not installed.
+//! HTTP) and `mcp-server-time` from PyPI. `.ci/run` installs both; where a server is not
+//! installed its tests skip with one line naming the install command
+//! ([`crate::common::peer`]), whatever else the machine has.
 //!
 //! Faults are injected by `proxy.py`, a stdio pass-through placed between agentrun and
 //! the server: on the first `tools/call` agentrun sends, it kills the server (its own
@@ -10,7 +10,7 @@
 //! lands after agentrun sent the request and before any answer, whatever the machine's
 //! speed.
 
-use crate::common::{Project, Run, journal, tool_result};
+use crate::common::{Project, Run, journal, peer, tool_result};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -42,54 +42,39 @@ server.wait()
 "#;
 
 /// The reference server's program: `.ci/run` installs it under `.mcp-peers/npm`; a
-/// global `npm install -g` works too. `None`: skip (no Node.js here).
+/// global `npm install -g` works too. `None`: skipped (said once), also where Node.js
+/// is installed but the server is not (issue 27).
 fn everything() -> Option<PathBuf> {
-    if !on_path("npx") {
-        eprintln!("skipped: npx is not installed, so the MCP server-everything tests cannot run");
-        return None;
-    }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(".mcp-peers/npm/node_modules/.bin/mcp-server-everything");
-    if local.exists() {
-        return Some(local);
-    }
-    if on_path("mcp-server-everything") {
-        return Some("mcp-server-everything".into());
-    }
-    panic!(
-        "@modelcontextprotocol/server-everything is not installed: run .ci/run, or \
-         `npm install --prefix .mcp-peers/npm @modelcontextprotocol/server-everything`"
-    );
+    peer::available(
+        "MCP server-everything",
+        "`npm install --prefix .mcp-peers/npm @modelcontextprotocol/server-everything`, or run .ci/run",
+        || {
+            peer::on_path("node")?; // the server is a Node.js program
+            let local = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join(".mcp-peers/npm/node_modules/.bin/mcp-server-everything");
+            if local.exists() {
+                return Some(local);
+            }
+            peer::on_path("mcp-server-everything")
+        },
+    )
 }
 
-/// `false`: skip (no pip here). Panics with the install command when pip is there but
-/// the server is not.
+/// Whether `mcp-server-time` (PyPI) can be imported; `false`: skipped (said once).
 fn time_server() -> bool {
-    let pip = Command::new("python3")
-        .args(["-m", "pip", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !pip.is_ok_and(|s| s.success()) {
-        eprintln!(
-            "skipped: python3 -m pip is not available, so the mcp-server-time tests cannot run"
-        );
-        return false;
-    }
-    let found = Command::new("python3")
-        .args(["-c", "import mcp_server_time"])
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        found.is_ok_and(|s| s.success()),
-        "mcp-server-time is not installed: run .ci/run, or `python3 -m pip install mcp-server-time`"
-    );
-    true
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+    peer::available(
+        "MCP mcp-server-time",
+        "`python3 -m pip install mcp-server-time`, or run .ci/run",
+        || {
+            Command::new("python3")
+                .args(["-c", "import mcp_server_time"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+                .then_some(())
+        },
+    )
+    .is_some()
 }
 
 /// A TOML string literal (paths may hold anything).

@@ -8,25 +8,17 @@
 //! README gives the two commands) and passes; `.ci/run` starts a throwaway cluster and
 //! sets it, so CI always runs it.
 
-use crate::common::{Db, test_pg};
+use crate::common::{Db, peer, test_pg};
 
-/// The backend for this module's tests, or `None` after saying (once, past the test
-/// harness's capture) how to enable them.
+/// The backend for this module's tests, or `None` after saying (once) how to enable
+/// them.
 pub fn pg_or_say() -> Option<Db> {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    match test_pg() {
-        Some(url) => Some(Db::Pg(url)),
-        None => {
-            SAID.call_once(|| {
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "PostgreSQL tests skipped: set AGENTRUN_TEST_PG to a server URL (`eval \"$(.ci/pg start)\"` starts a throwaway one)"
-                );
-            });
-            None
-        }
-    }
+    peer::available(
+        "PostgreSQL",
+        "set AGENTRUN_TEST_PG to a server URL; `eval \"$(.ci/pg start)\"` starts a throwaway one",
+        test_pg,
+    )
+    .map(Db::Pg)
 }
 
 type Suite = fn(&Db);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod peer;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
