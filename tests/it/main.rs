@@ -10,6 +10,7 @@ mod cli_ux;
 mod compaction;
 mod core;
 mod crash;
+mod docs;
 mod escalations;
 mod examples;
 mod first_hour;
