@@ -35,7 +35,7 @@ pub fn point(name: &str) {
         None => (spec.as_str(), 1),
     };
     if want == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == nth {
-        eprintln!("agentrun: crash point {name} reached (AGENTRUN_CRASH_AT)");
+        crate::errln!("agentrun: crash point {name} reached (AGENTRUN_CRASH_AT)");
         std::process::abort();
     }
 }

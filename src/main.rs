@@ -10,11 +10,9 @@ fn main() -> ExitCode {
     };
     let code = match cli::run(parsed) {
         Ok(exit) => exit,
-        // The reader went away (`agentrun runs list --json | head`): nothing to say.
-        Err(err) if cli::is_broken_pipe(&err) => Exit::Completed,
         Err(err) => {
             // One line per cause, outermost first: "file: problem".
-            eprintln!("agentrun: {err:#}");
+            agentrun::errln!("agentrun: {err:#}");
             Exit::for_error(&err)
         }
     };

@@ -129,7 +129,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<Exit> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
             written += 1;
         }
-        eprintln!("agentrun: wrote {written} man pages into {}", dir.display());
+        crate::errln!("agentrun: wrote {written} man pages into {}", dir.display());
         return Ok(Exit::Completed);
     }
     let mut cmd = &root;
@@ -267,11 +267,9 @@ fn title_first(page: &str) -> String {
 /// Writes to stdout; a reader that stopped early (`| head`) is not an error.
 fn print_bytes(bytes: &[u8]) -> anyhow::Result<Exit> {
     use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::Error::new(e).context("cannot write to stdout"))
-        }
-        _ => Ok(Exit::Completed),
-    }
+    let mut out = super::out::stdout();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::Error::new(e).context("cannot write to stdout"))?;
+    Ok(Exit::Completed)
 }

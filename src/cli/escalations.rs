@@ -221,7 +221,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     // A queue run goes back to the queue once nothing else is pending (issue 17); a
     // worker continues it. (`--resume` continues it here instead: it takes the lease.)
     if !args.resume && store.requeue(&e.run_id)? && !cli.quiet && !cli.json {
-        eprintln!(
+        crate::errln!(
             "agentrun: run {} is queued again; a worker (`agentrun worker`) continues it",
             e.run_id
         );
@@ -229,7 +229,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     if args.resume {
         // stdout is the resumed run's (answer or JSON); the decision goes to stderr.
         if !cli.quiet && !cli.json {
-            eprintln!(
+            crate::errln!(
                 "agentrun: escalation {} resolved: {}",
                 e.id,
                 describe(&resolution)
@@ -251,12 +251,12 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         v["resolution"] = serde_json::to_value(&resolution)?;
         output::print_json(&v)?;
     } else {
-        println!("escalation {} resolved: {}", e.id, describe(&resolution));
+        crate::outln!("escalation {} resolved: {}", e.id, describe(&resolution))?;
         if e.kind.pauses() {
-            println!(
+            crate::outln!(
                 "continue the run with: agentrun resume {} (or resolve with --resume next time)",
                 e.run_id
-            );
+            )?;
         }
     }
     Ok(Exit::Completed)

@@ -148,13 +148,13 @@ fn report(cli: &Cli, dir: &Path, files: &[Starter]) -> anyhow::Result<Exit> {
         return Ok(Exit::Completed);
     }
     for p in &paths {
-        println!("created {p}");
+        crate::outln!("created {p}")?;
     }
     let cd = if dir == Path::new(".") {
         String::new()
     } else {
         format!("cd {} && ", dir.display())
     };
-    println!("\nnext:\n  {cd}agentrun tools check\n  {cd}agentrun start task.md");
+    crate::outln!("\nnext:\n  {cd}agentrun tools check\n  {cd}agentrun start task.md")?;
     Ok(Exit::Completed)
 }

@@ -5,6 +5,7 @@ mod completions;
 mod escalations;
 mod init;
 mod model_args;
+pub mod out;
 mod output;
 pub mod progress;
 mod queue;
@@ -12,7 +13,6 @@ mod runs;
 mod runs_show;
 pub mod settings;
 
-pub use output::is_broken_pipe;
 pub use runs::describe_event;
 mod start;
 mod tools;
@@ -181,9 +181,9 @@ pub fn parse() -> Result<Cli, Exit> {
         err.exit();
     }
     let text = err.render().to_string();
-    eprint!(
+    crate::errln!(
         "agentrun: {}",
-        text.strip_prefix("error: ").unwrap_or(&text)
+        text.strip_prefix("error: ").unwrap_or(&text).trim_end()
     );
     Err(Exit::BadInput)
 }

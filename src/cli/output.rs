@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::io::Write;
 
 pub fn print_json(v: &Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::out::stdout();
     serde_json::to_writer(&mut out, v)?;
     writeln!(out)?;
     Ok(())
@@ -165,13 +165,13 @@ pub fn write_run_detail_json(
     Ok(())
 }
 
-/// Writes a human view to stdout, returning the error (a closed pipe: `runs list |
-/// head`) instead of panicking like `print!`; `main` ends quietly on a broken pipe.
+/// Writes a human view to stdout (a closed pipe, `runs list | head`, is not an error:
+/// [`super::out`]).
 /// The text is made terminal-safe first ([`crate::render::text::terminal_safe`]): what
 /// a tool or a model wrote never reaches the terminal as escape sequences.
 pub fn print_out(text: &str) -> anyhow::Result<()> {
     let text = crate::render::text::terminal_safe(text);
-    let mut out = std::io::stdout().lock();
+    let mut out = super::out::stdout();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())
@@ -195,16 +195,6 @@ pub fn stdout_width() -> usize {
     } else {
         crate::render::table::LINE
     }
-}
-
-/// True when `err` is a write to a closed pipe (the reader, e.g. `head`, has gone).
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            || c.downcast_ref::<serde_json::Error>()
-                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
-    })
 }
 
 #[cfg(test)]

@@ -341,7 +341,7 @@ fn printable(s: &str) -> String {
 }
 
 fn json_line(v: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::out::stdout();
     // A closed stdout must not kill the run.
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
@@ -352,13 +352,14 @@ fn worth_a_line(e: &TraceEvent) -> bool {
     !matches!(e, TraceEvent::ToolAttempt { error: None, .. })
 }
 
+#[allow(clippy::disallowed_methods)] // only asks whether it is a terminal
 fn live_terminal() -> bool {
     std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
 fn print_line(line: &str) {
     // A closed stderr must not kill the run.
-    let _ = writeln!(std::io::stderr(), "{line}");
+    crate::errln!("{line}");
 }
 
 /// What the status line says; rebuilt on every change.

@@ -102,7 +102,7 @@ pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
     if cli.json {
         output::print_json(&serde_json::json!({"run_id": id.as_str(), "status": "queued"}))?;
     } else {
-        println!("{id}");
+        crate::outln!("{id}")?;
     }
     Ok(Exit::Completed)
 }
@@ -143,7 +143,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         quiet: cli.quiet || cli.json,
     });
     if !ctx.quiet {
-        eprintln!(
+        crate::errln!(
             "agentrun: worker {} taking runs from {} ({} at once, lease TTL {})",
             ctx.name,
             super::open_store(&ctx.db, false)?.path().display(),
@@ -188,7 +188,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         }
     }
     if !ctx.quiet {
-        eprintln!("agentrun: worker {} stopped", ctx.name);
+        crate::errln!("agentrun: worker {} stopped", ctx.name);
     }
     match failed {
         Some(e) => Err(e),
@@ -221,7 +221,7 @@ fn slot(ctx: &Ctx, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Resu
                     }
                 }
                 Err(e) => {
-                    eprintln!("agentrun: worker {}: cannot claim a run: {e}", ctx.name);
+                    crate::errln!("agentrun: worker {}: cannot claim a run: {e}", ctx.name);
                     tokio::select! {
                         _ = tokio::time::sleep(ctx.poll.max(Duration::from_secs(1))) => {}
                         _ = stop.changed() => {}
@@ -243,7 +243,7 @@ async fn drive(
     let id = lease.run.clone();
     let say = |line: String| {
         if !ctx.quiet {
-            eprintln!("agentrun: worker {}: run {id} {line}", ctx.name);
+            crate::errln!("agentrun: worker {}: run {id} {line}", ctx.name);
         }
     };
     let runner = match runner_for(store, &lease) {

@@ -264,7 +264,7 @@ fn print_list(
     if runs.is_empty() {
         // A note for the person, on stderr, so `runs list | wc -l` still counts runs.
         if statuses.is_empty() && !since {
-            eprintln!(
+            crate::errln!(
                 "no runs yet in {} — start one with `agentrun start TASK.md`",
                 db.display()
             );
@@ -275,7 +275,7 @@ fn print_list(
             } else {
                 format!(" with status {}", names.join(" or "))
             };
-            eprintln!(
+            crate::errln!(
                 "no matching runs{with} in {} (all runs: `agentrun runs list`)",
                 db.display()
             );
@@ -416,7 +416,7 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
 fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     if cli.json {
         // Streamed: first output at once, flat memory on a 100,000-step run (issue 14).
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut out = std::io::BufWriter::new(super::out::stdout());
         output::write_run_detail_json(&mut out, store, id, detail_head(store, id)?)?;
         return Ok(Exit::Completed);
     }
@@ -432,7 +432,7 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
         stale: is_stale(&row),
         spend: &spend,
     };
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut out = std::io::BufWriter::new(super::out::stdout());
     super::runs_show::write(&mut out, store, id, &head)?;
     Ok(Exit::Completed)
 }

@@ -219,9 +219,13 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
             open.id, open.kind
         ));
         if !cli.quiet {
-            eprintln!(
+            crate::errln!(
                 "agentrun: run {id} is waiting for escalation {} ({}): {}\nagentrun: see `agentrun escalations show {}`, then decide with `agentrun escalations resolve {} ...`",
-                open.id, open.kind, open.summary, open.id, open.id
+                open.id,
+                open.kind,
+                open.summary,
+                open.id,
+                open.id
             );
         }
         return report(cli, &outcome, true).map(|_| Exit::NeedsHuman);
@@ -384,7 +388,7 @@ fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<()> {
         return Ok(());
     }
     for p in &problems {
-        eprintln!("agentrun: {p}");
+        crate::errln!("agentrun: {p}");
     }
     Err(BadInput(format!(
         "{} tool problem{} found, nothing was started (check again with `agentrun tools check --tools {}`)",
@@ -483,7 +487,7 @@ fn drive(
         .then(|| tool_bug_line(store, &outcome.run_id))
         .flatten()
     {
-        eprintln!("{line}");
+        crate::errln!("{line}");
     }
     report(cli, &outcome, false)
 }
@@ -570,10 +574,10 @@ fn report(cli: &Cli, o: &RunOutcome, final_line: bool) -> anyhow::Result<Exit> {
             .as_deref()
             .filter(|_| o.status == RunStatus::Completed)
         {
-            println!("{answer}");
+            crate::outln!("{answer}")?;
         }
         if final_line && !cli.quiet {
-            eprintln!("{}", output::outcome_line(o));
+            crate::errln!("{}", output::outcome_line(o));
         }
     }
     if o.status == RunStatus::Running {

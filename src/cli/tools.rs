@@ -33,7 +33,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     let checked = config::load(tools).and_then(|(cfg, text)| {
         // Warnings go to stderr and leave the exit code alone.
         for w in preflight::literal_credentials(&cfg, tools) {
-            eprintln!("{w}");
+            crate::errln!("{w}");
         }
         let problems = preflight::check(&cfg, &text, tools, None, &preflight::Env::process());
         if problems.is_empty() {
@@ -48,9 +48,9 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                 let names: Vec<&String> = cfg.tools.keys().collect();
                 super::output::print_json(&serde_json::json!({"ok": true, "tools": names}))?;
             } else {
-                println!("{}: ok, {} tool(s)", tools.display(), cfg.tools.len());
+                crate::outln!("{}: ok, {} tool(s)", tools.display(), cfg.tools.len())?;
                 for t in cfg.tools.values() {
-                    println!("  {:<20} {}", t.name, t.description);
+                    crate::outln!("  {:<20} {}", t.name, t.description)?;
                 }
             }
             Ok(Exit::Completed)
@@ -64,7 +64,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             // One style for everything agentrun says on stderr, as `start` prints the
             // same problems: `agentrun: FILE: tool `T`: KEY: what is wrong; the fix`.
             for e in &errs.0 {
-                eprintln!("agentrun: {e}");
+                crate::errln!("agentrun: {e}");
             }
             let n = errs.0.len();
             Err(BadInput(format!(

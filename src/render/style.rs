@@ -14,11 +14,13 @@ impl Style {
     pub const PLAIN: Style = Style { enabled: false };
 
     /// Colour for stdout when it is a terminal and `NO_COLOR` is unset or empty.
+    #[allow(clippy::disallowed_methods)] // only asks whether it is a terminal
     pub fn for_stdout() -> Style {
         Style::detect(std::io::stdout().is_terminal())
     }
 
     /// Colour for stderr when it is a terminal and `NO_COLOR` is unset or empty.
+    #[allow(clippy::disallowed_methods)] // only asks whether it is a terminal
     pub fn for_stderr() -> Style {
         Style::detect(std::io::stderr().is_terminal())
     }

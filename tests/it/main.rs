@@ -1,12 +1,16 @@
 //! All integration tests, as modules of one binary: one link for `cargo test`, shared
 //! helpers in `common` (the kill -9 soak test stays its own binary, `tests/soak.rs`).
 
+// Tests and benches print for people; only the binary goes through src/cli/out.rs.
+#![allow(clippy::disallowed_macros, clippy::disallowed_methods)]
+
 mod common;
 mod exactly_once;
 
 mod bad_input;
 mod budgets;
 mod cli_ux;
+mod closed_pipes;
 mod compaction;
 mod core;
 mod crash;
