@@ -42,6 +42,61 @@ pub fn is_secret_name(name: &str) -> bool {
     SECRET_MARKERS.iter().any(|m| upper.contains(m))
 }
 
+/// Prefixes of well-known token formats (GitHub, GitLab, Slack, OpenAI/Anthropic-style
+/// `sk-`, Stripe, npm, PyPI, Google API keys, AWS access key ids) and the hosts of
+/// webhook URLs, which carry their secret in the path.
+const SECRET_VALUE_MARKS: [&str; 19] = [
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xapp-",
+    "sk-",
+    "sk_live_",
+    "rk_live_",
+    "npm_",
+    "pypi-",
+    "AIza",
+    "hooks.slack.com/",
+    "discord.com/api/webhooks/",
+];
+
+/// Whether a variable's value looks like a secret whatever its name (issue 22:
+/// `inherit = "all"` passed `SLACK_WEBHOOK_URL`, `glpat-…` and
+/// `https://ghp_…@github.com`): a well-known token prefix at the start of a word, an
+/// AWS access key id, a private key block, a JWT, or a URL with userinfo.
+pub fn is_secret_value(value: &str) -> bool {
+    if userinfo(value).is_some() || value.contains("-----BEGIN") {
+        return true;
+    }
+    let words = value.split(|c: char| !(c.is_ascii_alphanumeric() || "_-./:".contains(c)));
+    words.into_iter().any(|w| {
+        let token = |mark: &str| {
+            w.find(mark).is_some_and(|at| {
+                let before = &w[..at];
+                let at_start = before.is_empty() || before.ends_with(['/', ':', '.']);
+                at_start && w.len() - at - mark.len() >= 8
+            })
+        };
+        SECRET_VALUE_MARKS.iter().any(|m| token(m))
+            || is_aws_key_id(w)
+            || (w.starts_with("eyJ") && w.matches('.').count() == 2 && w.len() > 30)
+    })
+}
+
+fn is_aws_key_id(w: &str) -> bool {
+    (w.starts_with("AKIA") || w.starts_with("ASIA"))
+        && w.len() == 20
+        && w.chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+}
+
 /// The `user:password` of the first `scheme://user:password@host` in `value`, if any.
 pub fn url_credentials(value: &str) -> Option<&str> {
     let start = value.find("://")? + 3;
@@ -249,6 +304,30 @@ mod tests {
             assert!(is_secret_name(name), "{name}");
         }
         assert!(!is_secret_name("LANG"));
+        for value in [
+            "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXX",
+            "glpat-abcdefghij0123456789",
+            "https://ghp_abcdefghij0123456789@github.com/org/repo.git",
+            "https://x-access-token:abc@github.com",
+            "ghp_abcdefghij0123456789",
+            "Bearer sk-abcdefghij0123456789",
+            "AKIAABCDEFGHIJKLMNOP",
+            "xoxb-123456789012-abcdefghij",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTYifQ.c2lnbmF0dXJlLXZhbHVl",
+        ] {
+            assert!(is_secret_value(value), "{value}");
+        }
+        for value in [
+            "/usr/bin:/bin",
+            "en_US.UTF-8",
+            "vi",
+            "task-runner",
+            "https://example.com/a/b",
+            "desk-top",
+            "/home/u/.cache",
+        ] {
+            assert!(!is_secret_value(value), "{value}");
+        }
         assert_eq!(url_credentials("http://u:p@proxy:3128"), Some("u:p"));
         assert_eq!(url_credentials("https://host/a@b"), None);
         assert_eq!(url_credentials("https://user@host/"), None);

@@ -125,8 +125,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<Exit> {
         for cmd in all_commands(&root) {
             let man = clap_mangen::Man::new(cmd.clone());
             let path = dir.join(man.get_filename());
-            std::fs::write(&path, page(&cmd)?)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            write_page(&path, page(&cmd)?.as_bytes())?;
             written += 1;
         }
         crate::errln!("agentrun: wrote {written} man pages into {}", dir.display());
@@ -144,6 +143,29 @@ pub fn man(args: &ManArgs) -> anyhow::Result<Exit> {
         })?;
     }
     print_bytes(page(cmd)?.as_bytes())
+}
+
+/// Writes one page, never through a symlink (issue 22: a link planted in a shared man
+/// folder, `agentrun.1 -> ~/.bashrc`, made `man --dir` overwrite its target).
+fn write_page(path: &std::path::Path, text: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => BadInput(format!(
+                "man: {} is a symbolic link; not writing through it (remove it first)",
+                path.display()
+            ))
+            .into(),
+            _ => anyhow::Error::new(e).context(format!("cannot write {}", path.display())),
+        })?;
+    file.write_all(text)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The command and every subcommand below it, depth first.

@@ -73,10 +73,13 @@ pub enum RunsCmd {
     /// Remove runs last updated longer ago than AGE.
     ///
     /// Kept whatever their age: runs still running, and runs waiting for a person
-    /// (awaiting_approval, escalated, or with an open escalation).
+    /// (awaiting_approval, escalated, or with an open escalation). Removed text is
+    /// overwritten in the SQLite file and its WAL; --vacuum also rebuilds the file
+    /// (it shrinks, and nothing of older row versions is left in free space).
     ///
     /// Example:
     ///   agentrun runs prune --older-than 30d --dry-run
+    ///   agentrun runs prune --older-than 90d --vacuum
     #[command(verbatim_doc_comment)]
     Prune {
         /// A duration: 12h, 30d, 8w.
@@ -85,6 +88,10 @@ pub enum RunsCmd {
         /// Say what would be removed, remove nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Rebuild the database after removing (VACUUM): slower, needs free disk
+        /// space the size of the database.
+        #[arg(long, conflicts_with = "dry_run")]
+        vacuum: bool,
     },
 }
 
@@ -158,10 +165,16 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
         RunsCmd::Prune {
             older_than,
             dry_run,
+            vacuum,
         } => {
             let age = crate::config::parse_duration(older_than)
                 .map_err(|e| BadInput(format!("--older-than: {e} (e.g. 30d, 12h)")))?;
-            prune(cli, &open_store(&db, false)?, age, *dry_run)
+            let store = open_store(&db, false)?;
+            let exit = prune(cli, &store, age, *dry_run)?;
+            if !*dry_run {
+                store.scrub(*vacuum)?;
+            }
+            Ok(exit)
         }
     }
 }
@@ -540,6 +553,9 @@ fn rm(cli: &Cli, store: &Store, prefixes: &[String]) -> anyhow::Result<Exit> {
     }
     for id in &ids {
         store.delete_run(id)?;
+    }
+    store.scrub(false)?;
+    for id in &ids {
         if !cli.json {
             output::print_out(&format!("removed run {id}\n"))?;
         }

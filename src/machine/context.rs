@@ -370,7 +370,9 @@ pub fn turns_in_summary(ctx: &Context, kept_from: u32) -> u32 {
 }
 
 /// The message that replaces the summarised turns (it is also what `runs show` shows
-/// at the compaction step).
+/// at the compaction step). A user message, not a system one (issue 22): the summary
+/// is the model's retelling of tool output and other untrusted text, and must not reach
+/// the provider with a system prompt's authority.
 pub fn summary_message(step: u32, summary: &str) -> Message {
     let summary = if summary.trim().is_empty() {
         "(the model returned an empty summary)"
@@ -378,7 +380,7 @@ pub fn summary_message(step: u32, summary: &str) -> Message {
         summary.trim()
     };
     Message::text(
-        Role::System,
+        Role::User,
         format!(
             "[agentrun] Context compacted at step {step}: the earlier turns were summarised \
              to fit the model's context window (the full transcript stays in the run's \
@@ -593,7 +595,9 @@ mod tests {
         assert_eq!(Context::from_stored(needed, &after), ctx);
         let roles: Vec<Role> = ctx.messages().iter().map(|m| m.role).collect();
         use Role::*;
-        assert_eq!(roles, [System, User, System, Assistant, Tool, Assistant]);
+        // The summary goes as user text, never with a system prompt's authority
+        // (issue 22: it retells tool output).
+        assert_eq!(roles, [System, User, User, Assistant, Tool, Assistant]);
     }
 
     #[test]

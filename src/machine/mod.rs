@@ -23,6 +23,7 @@
 //! or a compaction before asking the model belongs in [`Machine::begin_step`].
 
 pub mod after;
+mod approval;
 mod batch;
 mod calls;
 mod compact;

@@ -136,18 +136,37 @@ pub fn needs_approval(def: &ToolDef, args: &Value, policy: &Policy) -> bool {
 
 /// Whether any pattern matches the call's arguments: each string value (keys too) and
 /// the whole serialised JSON, all normalised ([`normalise_text`]), so neither case nor
-/// whitespace runs nor JSON escapes (`\t`) hide a match. A safety net, not a guarantee.
+/// whitespace runs nor JSON escapes (`\t`) hide a match; plain patterns are also
+/// matched word by word against the readings of [`super::approval`] (`rm -fr`,
+/// `DROP/**/TABLE`), and regular expressions see those readings too. A safety net, not
+/// a guarantee (the limits are in that module's doc).
 pub fn matches_approval_pattern(args: &Value, patterns: &[String]) -> bool {
     if patterns.is_empty() {
         return false;
     }
     let mut texts = vec![normalise_text(&args.to_string())];
     collect_strings(args, &mut texts);
-    patterns.iter().any(|p| match p.strip_prefix(REGEX_PREFIX) {
+    let raw = super::approval::texts(args);
+    if patterns.iter().any(|p| match p.strip_prefix(REGEX_PREFIX) {
         // Validated at load; an invalid one (unreachable) errs on the side of asking.
         Some(re) => pattern_regex(re).map_or(true, |re| texts.iter().any(|t| re.is_match(t))),
-        None => texts.iter().any(|t| t.contains(p.as_str())),
-    })
+        None => {
+            texts.iter().any(|t| t.contains(p.as_str()))
+                || raw.iter().any(|t| super::approval::matches_words(p, t))
+        }
+    }) {
+        return true;
+    }
+    let readings: Vec<String> = raw
+        .iter()
+        .flat_map(|t| super::approval::readings(t))
+        .map(|r| normalise_text(&r))
+        .collect();
+    patterns
+        .iter()
+        .filter_map(|p| p.strip_prefix(REGEX_PREFIX))
+        .filter_map(|re| pattern_regex(re).ok())
+        .any(|re| readings.iter().any(|t| re.is_match(t)))
 }
 
 fn collect_strings(v: &Value, out: &mut Vec<String>) {
@@ -451,6 +470,21 @@ mod tests {
             &serde_json::json!({"sql": "select * from droptable"}),
             &pats
         ));
+    }
+
+    /// Issue 22: the plain patterns `rm -rf` and `drop table` missed these.
+    #[test]
+    fn plain_approval_patterns_see_rearranged_flags_and_sql_comments() {
+        let pats = vec!["rm -rf".to_string(), "drop table".to_string()];
+        for arg in [
+            json!({"cmd": "rm -fr /srv"}),
+            json!({"cmd": ["rm", "-r", "-f", "/srv"]}),
+            json!({"sql": "DROP/**/TABLE users"}),
+            json!({"cmd": "'rm' -rf /"}),
+        ] {
+            assert!(matches_approval_pattern(&arg, &pats), "{arg}");
+        }
+        assert!(!matches_approval_pattern(&json!({"cmd": "rm -r x"}), &pats));
     }
 
     #[test]

@@ -87,6 +87,8 @@ impl Timeouts {
 /// A response body larger than this is refused, streamed or not (DESIGN §3: limits
 /// on what a model sends); a real answer is far below it.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+/// How much of a non-2xx body is read: enough for any provider's error JSON.
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// What a streaming POST got back: events were handed to the callback, or the server
 /// ignored `stream: true` and answered with one JSON body (some compatible servers do).
@@ -180,7 +182,7 @@ impl Http {
     }
 
     async fn send(&self, url: &Url, body: &Value) -> Result<reqwest::Response, ModelError> {
-        let resp = self
+        let mut resp = self
             .client
             .post(url.clone())
             .json(body)
@@ -192,9 +194,17 @@ impl Http {
             return Ok(resp);
         }
         let headers = resp.headers().clone();
-        let bytes = resp.bytes().await.map_err(|e| self.transport(url, e))?;
-        let cut = &bytes[..bytes.len().min(64 * 1024)];
-        Err(self.status_error(status, &headers, cut))
+        // Only the start of an error body is read (issue 22: an 800 MB error body was
+        // read whole); the rest is dropped with the connection.
+        let mut bytes = Vec::new();
+        while bytes.len() < MAX_ERROR_BODY_BYTES {
+            match resp.chunk().await.map_err(|e| self.transport(url, e))? {
+                Some(chunk) => bytes.extend_from_slice(&chunk),
+                None => break,
+            }
+        }
+        bytes.truncate(MAX_ERROR_BODY_BYTES);
+        Err(self.status_error(status, &headers, &bytes))
     }
 
     fn append(&self, bytes: &mut Vec<u8>, chunk: &[u8]) -> Result<(), ModelError> {

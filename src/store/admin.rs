@@ -4,6 +4,12 @@
 //! The tables are found from the schema (every table with a `run_id` column, then
 //! `runs` itself), so a table added by a later migration is covered without editing
 //! this file.
+//!
+//! Removed means gone from the file (issue 22): every SQLite connection runs with
+//! `secure_delete` (freed content is zeroed), and [`SqliteStore::scrub`] then truncates
+//! the WAL, whose old frames still held the rows as they were written. `--vacuum`
+//! rebuilds the file as well, which also drops what older versions of the remaining
+//! rows left in free space before `secure_delete` was on.
 
 use super::{Result, RunId, SqliteStore};
 
@@ -28,6 +34,19 @@ impl SqliteStore {
             }
             Ok(tx.execute("DELETE FROM runs WHERE id = ?1", [id.as_str()])? == 1)
         })
+    }
+
+    /// After removals: checkpoints the WAL into the file and truncates it to zero bytes
+    /// (a reader still open elsewhere can keep it from being truncated; the next
+    /// removal or checkpoint finishes the job). With `vacuum`, rebuilds the file first.
+    pub fn scrub(&self, vacuum: bool) -> Result<()> {
+        let conn = self.lock();
+        if vacuum {
+            conn.execute_batch("VACUUM").map_err(|e| self.classify(e))?;
+        }
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| self.classify(e))?;
+        Ok(())
     }
 }
 

@@ -63,6 +63,18 @@ impl RunId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The `LIKE` pattern for ids starting with `prefix`, or `None` when `prefix` cannot
+    /// begin an id: empty, or holding anything but letters, digits, `-` and `_` (issue
+    /// 22: `runs rm "%"` and `runs show ""` selected a run). `_` is a LIKE wildcard, so
+    /// it is escaped with `\\` (the `ESCAPE` both backends' queries name).
+    pub fn prefix_pattern(prefix: &str) -> Option<String> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if prefix.is_empty() || !prefix.chars().all(ok) {
+            return None;
+        }
+        Some(format!("{}%", prefix.replace('_', "\\_")))
+    }
 }
 
 impl fmt::Display for RunId {
@@ -329,6 +341,9 @@ delegate! {
     fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()>;
     /// Deletes one run and everything it owns. Returns false when no such run exists.
     fn delete_run(&self, id: &RunId) -> Result<bool>;
+    /// Makes removed runs unrecoverable from the database's files (after `delete_run`);
+    /// `vacuum` also rebuilds them.
+    fn scrub(&self, vacuum: bool) -> Result<()>;
     /// Replaces a held run's config snapshot and scripts (`resume --model`).
     fn replace_snapshot(
         &self,

@@ -749,10 +749,12 @@ impl PgStore {
 
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let prefix = prefix.to_string();
-        let pattern = format!("{}%", prefix.replace(['%', '_', '\\'], ""));
+        let Some(pattern) = RunId::prefix_pattern(&prefix) else {
+            return Err(StoreError::RunNotFound(prefix));
+        };
         let ids: Vec<String> = self.read(move |r| {
             Ok(r.query(
-                "SELECT id FROM runs WHERE id LIKE $1 ORDER BY id LIMIT 6",
+                "SELECT id FROM runs WHERE id LIKE $1 ESCAPE '\\' ORDER BY id LIMIT 6",
                 &[&pattern],
             )?
             .iter()
@@ -1312,6 +1314,16 @@ impl PgStore {
             }
             Ok(tx.exec("DELETE FROM runs WHERE id = $1", &[&id.0])? == 1)
         })
+    }
+
+    /// PostgreSQL keeps dead rows until a vacuum reclaims them; `vacuum` runs a plain
+    /// `VACUUM` of the database (the server's own files are its administrator's domain:
+    /// `VACUUM FULL` locks every table, which a shared database cannot afford).
+    pub fn scrub(&self, vacuum: bool) -> Result<()> {
+        if !vacuum {
+            return Ok(());
+        }
+        self.read(|r| r.client.batch_execute("VACUUM").map_err(pg))
     }
 
     pub fn replace_snapshot(

@@ -385,8 +385,11 @@ impl SqliteStore {
     /// Resolves a full id or a unique prefix of one.
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
         let conn = self.lock();
-        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
-        let mut stmt = conn.prepare("SELECT id FROM runs WHERE id LIKE ?1 ORDER BY id LIMIT 6")?;
+        let Some(pattern) = RunId::prefix_pattern(prefix) else {
+            return Err(StoreError::RunNotFound(prefix.to_string()));
+        };
+        let mut stmt =
+            conn.prepare("SELECT id FROM runs WHERE id LIKE ?1 ESCAPE '\\' ORDER BY id LIMIT 6")?;
         let ids: Vec<String> = stmt
             .query_map([pattern], |r| r.get(0))?
             .collect::<std::result::Result<_, _>>()?;

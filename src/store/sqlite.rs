@@ -141,6 +141,10 @@ impl SqliteStore {
             .map_err(classify)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(classify)?;
+        // Deleted rows are overwritten with zeros, not left in free space where
+        // `strings` finds a removed run's text (issue 22; see `scrub`).
+        conn.pragma_update(None, "secure_delete", "ON")
+            .map_err(classify)?;
         drop(conn);
         migrations::migrate(self, version)
     }

@@ -158,7 +158,8 @@ pub struct ChildEnv {
 /// The child's environment (DESIGN §3, issue 12 item 6): an allow-list — the core set,
 /// the names listed in `env` (the tool's and `[defaults]`'s), and `set`. With
 /// `inherit = "all"` every other variable passes too, except secret-looking names
-/// ([`redact::is_secret_name`]) and values holding `://user:password@`. The values of
+/// ([`redact::is_secret_name`]) and values ([`redact::is_secret_value`]: token
+/// formats, webhook URLs, URLs with credentials). The values of
 /// secret-looking variables the child does get are remembered for redaction.
 pub fn child_env(
     parent: impl Iterator<Item = (OsString, OsString)>,
@@ -178,7 +179,7 @@ pub fn child_env(
         if !listed && !core && !spec.inherit_all {
             continue;
         }
-        let secret = || redact::is_secret_name(&n) || redact::url_credentials(&v).is_some();
+        let secret = || redact::is_secret_name(&n) || redact::is_secret_value(&v);
         if listed && secret() {
             out.secrets.add(&v);
         }
@@ -635,6 +636,16 @@ mod tests {
             ("SENTRY_DSN", "https://abc@sentry.io/1"),
             ("SSH_AUTH_SOCK", "/tmp/agent.sock"),
             ("KB_TOKEN", "kb-secret"),
+            // Issue 22: secret values under innocent names.
+            (
+                "SLACK_WEBHOOK_URL",
+                "https://hooks.slack.com/services/T0/B0/abcdefghijkl",
+            ),
+            ("GITLAB_CI_VAR", "glpat-abcdefghij0123456789"),
+            (
+                "REPO_URL",
+                "https://ghp_abcdefghij0123456789@github.com/o/r.git",
+            ),
         ])
     }
 

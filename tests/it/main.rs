@@ -38,4 +38,5 @@ mod streaming;
 mod syncs;
 mod tools_exec;
 mod trust;
+mod trust_again;
 mod walkthrough;

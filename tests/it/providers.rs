@@ -1366,3 +1366,40 @@ fn configs_do_not_print_their_keys() {
     };
     assert!(!format!("{config:?}").contains(ANTHROPIC_KEY));
 }
+
+/// Issue 22: a provider's non-2xx body was read whole (an 800 MB error body, 800 MB of
+/// memory). This server announces a huge body, sends 256 KiB of it and then stalls:
+/// only the start is read, and the status is reported at once instead of waiting for
+/// a body that never ends (before: the idle timeout, as a transient error).
+#[tokio::test]
+async fn a_huge_error_body_is_read_only_up_to_its_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let _ = sock.read(&mut buf).await;
+        let head = "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+                    content-length: 800000000\r\n\r\n{\"error\": {\"message\": \"";
+        sock.write_all(head.as_bytes()).await.unwrap();
+        // Written until the client stops reading (the socket buffers fill), then held.
+        let chunk = vec![b'x'; 64 * 1024];
+        for _ in 0..4 {
+            if sock.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    let provider = openai(
+        &format!("http://{addr}/v1"),
+        Some(OPENAI_KEY),
+        "m",
+        Duration::from_secs(5),
+    );
+    let (res, _, _) = run(&[provider], 1).await;
+    let err = res.expect_err("a 400 fails");
+    assert_eq!(status_of(&err), Some(400), "{err}");
+    server.abort();
+}
