@@ -67,6 +67,9 @@ pub struct Snapshot {
     /// Empty for runs started before (issue 12).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub program_digests: BTreeMap<String, (String, String)>,
+    /// What the final answer must be (the task's `output_schema`, issue 26).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<crate::model::output::OutputSpec>,
 }
 
 /// A validated snapshot, ready to drive.
@@ -130,6 +133,20 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
                 .into(),
         });
     }
+    if task.output.is_some() && cfg.tools.contains_key(crate::model::output::ANSWER_TOOL) {
+        return Err(SetupError::Input {
+            path: tools_path
+                .as_deref()
+                .unwrap_or(Path::new("tools.toml"))
+                .display()
+                .to_string(),
+            message: format!(
+                "tool `{}` has the name agentrun gives the structured answer of a task with \
+                 `output_schema`: rename it",
+                crate::model::output::ANSWER_TOOL
+            ),
+        });
+    }
     let scripts = read_scripts(&models, &task.path)?;
     let mut settings = ModelSettings::default();
     task.settings.apply(&mut settings);
@@ -158,6 +175,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         settings,
         call_salt: format!("{:016x}", rand::random::<u64>()),
         program_digests: crate::digest::program_digests(&cfg),
+        output: task.output.clone(),
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();

@@ -1,6 +1,7 @@
 //! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
 
 use crate::model::ModelSpec;
+use crate::model::output::{self, OutputSpec};
 use crate::model::settings::{SettingsInput, ToolChoice, parse_duration};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,8 @@ pub struct Task {
     pub prompt: String,
     /// Model settings the front matter gives (output cap, timeouts, …).
     pub settings: SettingsInput,
+    /// What the final answer must be (`output_schema`, `output_attempts`; issue 26).
+    pub output: Option<OutputSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +56,9 @@ struct FrontMatter {
     price: Option<crate::model::prices::Price>,
     max_cost: Option<f64>,
     max_duration: Option<String>,
+    // Structured answers (issue 26).
+    output_schema: Option<toml::Value>,
+    output_attempts: Option<i64>,
 }
 
 impl FrontMatter {
@@ -127,6 +133,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("max_cost", Kind::Number),
     ("max_duration", Kind::Duration),
     ("price", Kind::Price),
+    ("output_schema", Kind::Schema),
+    ("output_attempts", Kind::Integer),
 ];
 
 #[derive(Clone, Copy)]
@@ -139,6 +147,7 @@ enum Kind {
     Duration,
     Bool,
     Price,
+    Schema,
 }
 
 impl Kind {
@@ -151,6 +160,7 @@ impl Kind {
             Kind::Names => strings(v),
             Kind::Text | Kind::Duration => v.is_str(),
             Kind::Bool => v.is_bool(),
+            Kind::Schema => v.is_str() || v.is_table(),
             Kind::Price => v.as_table().is_some_and(|t| {
                 t.iter().all(|(k, v)| {
                     ["input", "output", "cached_input"].contains(&k.as_str())
@@ -170,6 +180,9 @@ impl Kind {
             Kind::Text => "a string",
             Kind::Duration => "a duration string such as \"30s\"",
             Kind::Bool => "true or false",
+            Kind::Schema => {
+                "a JSON Schema: a table, a JSON string, or the path of a .json or .toml file"
+            }
             Kind::Price => {
                 "a table of USD per million tokens, such as \
                  { input = 0.15, output = 0.6, cached_input = 0.075 }"
@@ -245,6 +258,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
     let settings = fm
         .settings()
         .map_err(|e| err(format!("front matter: {e}")))?;
+    let output = output_spec(&fm, path).map_err(|e| err(format!("front matter: {e}")))?;
     let models = match fm.model {
         None => Vec::new(),
         Some(OneOrMany::One(m)) => vec![m],
@@ -270,7 +284,26 @@ pub fn parse(text: &str, path: &Path) -> Result<Task, TaskError> {
         tools: fm.tools,
         prompt,
         settings,
+        output,
     })
+}
+
+/// `output_schema` (relative paths from the task's folder) and `output_attempts`.
+fn output_spec(fm: &FrontMatter, path: &Path) -> Result<Option<OutputSpec>, String> {
+    let attempts = match fm.output_attempts {
+        Some(n) if n <= 0 => return Err(format!("`output_attempts` must be positive, got {n}")),
+        Some(n) => u32::try_from(n).map_err(|_| "`output_attempts` is too large".to_string())?,
+        None => output::DEFAULT_ATTEMPTS,
+    };
+    let Some(value) = &fm.output_schema else {
+        if fm.output_attempts.is_some() {
+            return Err("`output_attempts` needs an `output_schema`".into());
+        }
+        return Ok(None);
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let schema = output::read_schema(value, dir)?;
+    Ok(Some(OutputSpec { schema, attempts }))
 }
 
 fn positive(v: Option<i64>, key: &str) -> Result<Option<i64>, String> {
@@ -381,7 +414,7 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price)"
+            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price, output_schema, output_attempts)"
         );
     }
 

@@ -31,7 +31,7 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
     let mut v = json!({
         "run_id": o.run_id.as_str(),
         "status": o.status.as_str(),
-        "answer": if has_answer { o.answer.as_deref() } else { None },
+        "answer": if has_answer { answer_value(o.answer.as_deref(), o.structured) } else { Value::Null },
         "steps": o.steps,
         "tokens": {"input": o.input_tokens, "output": o.output_tokens},
         "escalation_id": o.escalation_id.map(|id| id.to_string()),
@@ -42,6 +42,16 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
         v["partial_answer"] = json!(o.answer);
     }
     v
+}
+
+/// An answer as `--json` gives it: the JSON value itself for a task with an
+/// `output_schema` (issue 26; it was checked against the schema), else the text.
+pub fn answer_value(answer: Option<&str>, structured: bool) -> Value {
+    match answer {
+        None => Value::Null,
+        Some(a) if structured => serde_json::from_str(a).unwrap_or_else(|_| json!(a)),
+        Some(a) => json!(a),
+    }
 }
 
 /// The run's final line(s) for stderr, without elapsed time (see

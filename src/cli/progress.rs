@@ -286,6 +286,15 @@ fn notice_line(n: &Notice) -> String {
             "agentrun: step {step}: context compacted to fit the model's window \
              (about {before} → {after} tokens)"
         ),
+        Notice::AnswerRejected {
+            step,
+            attempt,
+            attempts,
+            problem,
+        } => format!(
+            "agentrun: step {step}: answer {attempt} of {attempts} failed the output schema: \
+             {problem}; asking again"
+        ),
     }
 }
 

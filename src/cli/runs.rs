@@ -357,6 +357,9 @@ fn with_escalations(
     v["duration_ms"] = spent.active_ms.into();
     v["max_duration_ms"] = spent.max_duration_ms.into();
     v["last_compaction_step"] = spent.compactions.into();
+    if super::start::is_structured(store, id) {
+        v["answer"] = output::answer_value(row.answer.as_deref(), true);
+    }
     Ok(v)
 }
 
@@ -444,6 +447,7 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
         models: &models,
         stale: is_stale(&row),
         spend: &spend,
+        structured: super::start::is_structured(store, id),
     };
     let mut out = std::io::BufWriter::new(super::out::stdout());
     super::runs_show::write(&mut out, store, id, &head)?;

@@ -24,6 +24,9 @@ pub struct Head<'a> {
     pub models: &'a [String],
     pub stale: bool,
     pub spend: &'a [(&'static str, String)],
+    /// The task has an `output_schema`: the answer is shown as formatted JSON at the
+    /// end (issue 26).
+    pub structured: bool,
 }
 
 pub fn write(
@@ -63,6 +66,11 @@ pub fn write(
         first = end + 1;
     }
     put(transcript::render_escalations(head.escalations, style))?;
+    if head.structured
+        && let Some(answer) = &head.row.answer
+    {
+        put(transcript::render_structured_answer(answer, style))?;
+    }
     out.flush()?;
     Ok(())
 }

@@ -560,7 +560,17 @@ fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
         escalation_id: None,
         reason: row.error,
         cost_usd: stored_state(store, id).cost_usd,
+        structured: is_structured(store, id),
     })
+}
+
+/// Whether the run's task has an `output_schema` (its answer is JSON text).
+pub(super) fn is_structured(store: &Store, id: &RunId) -> bool {
+    store
+        .snapshot(id)
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .is_some_and(|v| v["output"].is_object())
 }
 
 /// Prints the outcome: the answer (or the JSON object) on stdout, and — unless a live

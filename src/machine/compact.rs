@@ -205,6 +205,7 @@ mod tests {
             keep_steps: None,
             output_cap: Default::default(),
             spend: Default::default(),
+            output: None,
         };
         let state = LoopState {
             steps: 30,

@@ -122,6 +122,7 @@ mod tests {
                 retry: Some(400),
             },
             spend: Default::default(),
+            output: None,
         };
         let opening = Context::opening(vec![
             Message::text(Role::System, "sys"),

@@ -223,4 +223,11 @@ pub enum Notice {
     Failed { reason: String },
     /// The context was compacted (issue 15): estimated tokens before and after.
     Compacted { step: u32, before: u64, after: u64 },
+    /// A final answer failed the output schema (issue 26); the model is asked again.
+    AnswerRejected {
+        step: u32,
+        attempt: u32,
+        attempts: u32,
+        problem: String,
+    },
 }

@@ -37,6 +37,7 @@ mod reply;
 #[cfg(test)]
 mod spend_tests;
 pub mod state;
+mod structured;
 #[cfg(test)]
 mod tests;
 
@@ -74,6 +75,8 @@ pub struct Rules<'a> {
     /// Budgets in money (USD) and time (ms the run is driven), and how calls are
     /// priced (issue 15).
     pub spend: Spend,
+    /// What the final answer must be (issue 26); `None`: free text.
+    pub output: Option<&'a crate::model::output::OutputSpec>,
 }
 
 /// The money and time budgets, and the prices they are counted in.
@@ -112,6 +115,8 @@ pub struct Machine<'a> {
     /// The tools offered last (a `Mutex`, not a `RefCell`: the machine is shared
     /// with the driver's futures, which may need to be `Send`).
     offered: Mutex<Option<OfferedTools>>,
+    /// A structured answer, as the JSON text it was checked as (issue 26).
+    checked_answer: Option<String>,
 }
 
 /// [`Machine::offered_tools`]' last answer and what it was built from.
@@ -164,6 +169,7 @@ impl<'a> Machine<'a> {
             now_ms: 0,
             began: None,
             offered: Mutex::new(None),
+            checked_answer: None,
         }
     }
 
@@ -306,8 +312,14 @@ impl<'a> Machine<'a> {
 
     fn ask(&self) -> effects::Ask {
         let r = self.rules;
+        // The output instruction sits before the budget line: the same text on every
+        // request (DESIGN §7).
+        let output = r
+            .output
+            .map(|o| format!("\n\n{}", o.instruction()))
+            .unwrap_or_default();
         let system = format!(
-            "{}\n\n{}",
+            "{}{output}\n\n{}",
             self.messages()
                 .first()
                 .map(Message::joined_text)
@@ -403,6 +415,9 @@ impl<'a> Machine<'a> {
 
     /// The last thing the model said, the run's answer so far.
     pub fn answer(&self) -> Option<String> {
+        if let Some(checked) = &self.checked_answer {
+            return Some(checked.clone());
+        }
         self.messages()
             .iter()
             .rev()

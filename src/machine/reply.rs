@@ -66,7 +66,14 @@ impl Machine<'_> {
     }
 
     fn finish_answer(&mut self, next: LoopState, assistant: Message) -> Vec<Effect> {
-        let answer = assistant.joined_text();
+        let mut answer = assistant.joined_text();
+        if let Some(spec) = self.rules.output {
+            match spec.check(&answer) {
+                Ok(value) => answer = value.to_string(),
+                Err(problems) => return self.reject_answer(next, assistant, problems),
+            }
+            self.checked_answer = Some(answer.clone());
+        }
         let degraded = next.degraded;
         let notice = Effect::Notice(Notice::FinalAnswer {
             step: next.steps,
@@ -228,7 +235,7 @@ fn report_all_tools_failed(
 impl Machine<'_> {
     /// The commit effect; the machine moves on as of it (a commit that fails ends the
     /// run in the driver).
-    fn commit(&mut self, mut c: Commit) -> Effect {
+    pub(super) fn commit(&mut self, mut c: Commit) -> Effect {
         c.state.active_ms = self.active_ms();
         self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
@@ -237,7 +244,7 @@ impl Machine<'_> {
     }
 }
 
-fn running(state: LoopState, messages: Vec<Message>) -> Commit {
+pub(super) fn running(state: LoopState, messages: Vec<Message>) -> Commit {
     Commit {
         step: state.steps,
         messages,
@@ -251,7 +258,7 @@ fn running(state: LoopState, messages: Vec<Message>) -> Commit {
 }
 
 /// The run ends as failed: told, then stopped.
-fn failed(reason: String) -> [Effect; 2] {
+pub(super) fn failed(reason: String) -> [Effect; 2] {
     [
         Effect::Notice(Notice::Failed {
             reason: reason.clone(),

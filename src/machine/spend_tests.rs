@@ -28,6 +28,7 @@ fn machine<'a>(
         keep_steps: None,
         output_cap: Default::default(),
         spend,
+        output: None,
     };
     let opening = Context::opening(vec![
         Message::text(Role::System, "sys"),

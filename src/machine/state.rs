@@ -43,6 +43,9 @@ pub struct LoopState {
     /// drove it, as of this commit (time paused for a person is not in it).
     #[serde(skip_serializing_if = "is_zero")]
     pub active_ms: u64,
+    /// Final answers that failed the task's output schema (issue 26).
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub output_failures: u32,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -63,6 +63,7 @@ impl H {
             keep_steps: None,
             output_cap: Default::default(),
             spend: Default::default(),
+            output: None,
         };
         let messages = vec![
             Message::text(Role::System, "sys"),

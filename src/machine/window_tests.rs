@@ -15,6 +15,7 @@ fn the_window_keeps_the_last_steps_and_counts_the_turns_left_out() {
         window: None,
         keep_steps: Some(2),
         spend: Default::default(),
+        output: None,
         output_cap: Default::default(),
     };
     let opening = vec![

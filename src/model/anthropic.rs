@@ -5,6 +5,7 @@
 //! tool results are `tool_result` blocks inside a *user* message (so consecutive tool
 //! messages become one user message), and there is no system role inside `messages`.
 
+use super::output::{ANSWER_TOOL, OutputSpec};
 use super::settings::{Delta, ModelSettings, ToolChoice};
 use super::sse::SseEvent;
 use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
@@ -100,6 +101,9 @@ impl Anthropic {
         {
             body["tool_choice"] = tool_choice(choice);
         }
+        if let Some(spec) = req.output {
+            offer_answer_tool(&mut body, spec, self.tool_choice.is_none());
+        }
         let resp = if self.stream {
             body["stream"] = json!(true);
             self.stream(req, &body).await?
@@ -109,7 +113,10 @@ impl Anthropic {
         Ok(ModelResponse {
             stop: stop_reason(resp.stop_reason.as_deref()),
             usage: resp.usage.map(WireUsage::neutral).unwrap_or_default(),
-            message: neutral(resp.content),
+            message: match req.output {
+                Some(spec) => answer_as_text(spec, neutral(resp.content)),
+                None => neutral(resp.content),
+            },
             model: self.name(),
         })
     }
@@ -142,6 +149,38 @@ impl Anthropic {
             Streamed::Ended => Err(self.http.cut_short(&self.url)),
         }
     }
+}
+
+/// A structured answer (issue 26): Anthropic has no JSON mode, so the answer comes
+/// through [`ANSWER_TOOL`], offered beside the tools; unless the task chose otherwise,
+/// the model must call a tool (`any`): another tool, or this one to answer.
+fn offer_answer_tool(body: &mut Value, spec: &OutputSpec, force: bool) {
+    let t = spec.tool_spec();
+    let tool =
+        json!({"name": t.name, "description": t.description, "input_schema": t.input_schema});
+    match body["tools"].as_array_mut() {
+        Some(tools) => tools.push(tool),
+        None => body["tools"] = json!([tool]),
+    }
+    if force {
+        body["tool_choice"] = json!({"type": "any"});
+    }
+}
+
+/// The model's call of [`ANSWER_TOOL`] becomes the answer's text: the machine sees an
+/// answer, as from any provider, and the transcript holds no call without a result.
+fn answer_as_text(spec: &OutputSpec, message: Message) -> Message {
+    let content = message
+        .content
+        .into_iter()
+        .map(|p| match p {
+            Part::ToolCall { name, args, .. } if name == ANSWER_TOOL => Part::Text {
+                text: spec.answer_from_tool(&args),
+            },
+            other => other,
+        })
+        .collect();
+    Message { content, ..message }
 }
 
 fn tool_choice(choice: &ToolChoice) -> Value {
@@ -555,6 +594,7 @@ mod tests {
             live: None,
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
+            output: None,
         }
     }
 

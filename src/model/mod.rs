@@ -5,6 +5,7 @@ pub mod anthropic;
 pub mod error;
 pub mod limits;
 pub mod openai;
+pub mod output;
 pub mod pairing;
 pub mod prices;
 pub mod retry;

@@ -385,6 +385,11 @@ fn request_body(model: &str, token_field: TokenField, req: &ModelRequest<'_>) ->
             })
             .collect();
     }
+    // A structured answer (issue 26): the API's JSON mode, strict where the schema
+    // allows; agentrun checks the answer either way.
+    if let Some(format) = req.output.and_then(|o| o.response_format()) {
+        body["response_format"] = format;
+    }
     body
 }
 
@@ -624,6 +629,7 @@ mod tests {
             live: None,
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
+            output: None,
         }
     }
 

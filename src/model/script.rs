@@ -298,6 +298,7 @@ mod tests {
             live: None,
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
+            output: None,
         }
     }
 

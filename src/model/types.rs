@@ -177,6 +177,9 @@ pub struct ModelRequest<'a> {
     /// Assistant turns of the run that are not in `messages` (compacted away): the
     /// scripted model counts them to pick its turn.
     pub turns_left_out: u32,
+    /// What the final answer must be (issue 26): each provider asks for it natively
+    /// where it can. `None` for free text, and for summaries.
+    pub output: Option<&'a super::output::OutputSpec>,
 }
 
 /// What a model request is for.
@@ -199,6 +202,7 @@ impl std::fmt::Debug for ModelRequest<'_> {
             .field("live", &self.live.is_some())
             .field("purpose", &self.purpose)
             .field("turns_left_out", &self.turns_left_out)
+            .field("output", &self.output)
             .finish()
     }
 }

@@ -98,6 +98,15 @@ pub fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
     out
 }
 
+/// A structured answer (issue 26), formatted: the JSON the run ended with, indented.
+pub fn render_structured_answer(answer: &str, s: Style) -> String {
+    let pretty = serde_json::from_str::<Value>(answer)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or_else(|| answer.to_string());
+    format!("\n{}\n  {}\n", s.bold("answer"), indent(&pretty, 2))
+}
+
 fn header(v: &RunView<'_>, s: Style) -> String {
     let r = v.row;
     let status = if v.stale {

@@ -51,6 +51,8 @@ pub struct RunOutcome {
     pub reason: Option<String>,
     /// Money spent on model calls (USD, from the price table; issue 15).
     pub cost_usd: f64,
+    /// The task has an `output_schema`: `answer` is JSON text (issue 26).
+    pub structured: bool,
 }
 
 pub struct Runner {
@@ -189,6 +191,7 @@ impl Runner {
                 max_duration_ms: self.resolved.snapshot.settings.max_duration_ms,
                 pricing: self.resolved.snapshot.settings.pricing(),
             },
+            output: self.resolved.snapshot.output.as_ref(),
         }
     }
 }
@@ -358,6 +361,10 @@ impl Drive<'_> {
             live: Some(&live),
             purpose,
             turns_left_out: ask.turns_left_out,
+            output: match purpose {
+                Purpose::Step => r.resolved.snapshot.output.as_ref(),
+                Purpose::Summary => None,
+            },
         };
         let model = r
             .resolved
@@ -556,6 +563,7 @@ impl Drive<'_> {
             escalation_id,
             reason,
             cost_usd: state.cost_usd,
+            structured: self.runner.resolved.snapshot.output.is_some(),
         }
     }
 }

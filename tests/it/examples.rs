@@ -151,3 +151,17 @@ fn an_approval_is_required_then_the_run_finishes() {
         )
     );
 }
+
+#[test]
+fn a_structured_answer_is_corrected_and_printed_as_json() {
+    let ex = Example::new();
+    let (code, v) = ex.start("structured");
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        v["answer"],
+        json!({"order_id": "ORD-1001", "delivered": "2026-11-16", "on_time": true})
+    );
+    let notes = notes(&ex.show(&v));
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].1.contains("at /on_time"), "{notes:?}");
+}

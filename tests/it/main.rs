@@ -35,6 +35,7 @@ mod scale;
 mod steering;
 mod storage;
 mod streaming;
+mod structured;
 mod syncs;
 mod tools_exec;
 mod trust;

@@ -186,6 +186,7 @@ fn request<'a>(
         live: None,
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
+        output: None,
     }
 }
 

@@ -95,6 +95,7 @@ async fn ask(p: &Provider, live: &Seen) -> Result<ModelResponse, ModelError> {
         live: Some(live),
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
+        output: None,
     })
     .await
 }
@@ -302,6 +303,7 @@ async fn settings_reach_the_wire_for_both_apis() {
                 live: None,
                 purpose: agentrun::model::Purpose::Step,
                 turns_left_out: 0,
+                output: None,
             })
             .await;
         let sent: Value = server.received_requests().await.unwrap()[0]
@@ -451,6 +453,7 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
         live: Some(&seen),
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
+        output: None,
     };
     let policy = ModelRetryPolicy {
         attempts: 3,
@@ -597,6 +600,7 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
         live: None,
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
+        output: None,
     };
     let r = retry::complete_with(
         &models,
