@@ -13,6 +13,7 @@ pub mod machine;
 pub mod model;
 pub mod net;
 pub mod prompts;
+pub mod records;
 pub mod recovery;
 pub mod redact;
 pub mod render;

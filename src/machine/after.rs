@@ -7,7 +7,7 @@ use super::effects::{Effect, Notice, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, policy};
 use crate::model::{Message, Role, ToolCall};
-use crate::store::{
+use crate::records::{
     BreakerFacts, CallFacts, EscalationRow, Facts, Resolution, RunStatus, StuckFacts,
 };
 use crate::taxonomy::ErrorKind;

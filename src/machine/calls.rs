@@ -8,11 +8,11 @@ use super::escalate::Raise;
 use super::{Machine, Step};
 use crate::config::{OnUnknown, ToolDef};
 use crate::model::{Message, ToolCall, ToolSpec};
-use crate::recovery::{CallOutcome, Execution};
-use crate::store::{
+use crate::records::{
     ApprovalFacts, CallFacts, CallRecord, CallStatus, EscalationKind, EscalationRow, Facts,
     JournalEntry, QuestionFacts, Resolution, RunStatus,
 };
+use crate::recovery::{CallOutcome, Execution};
 use crate::taxonomy::ErrorKind;
 use crate::tools::outcome::ToolError;
 use crate::trace::{NoteKind, TraceEvent};

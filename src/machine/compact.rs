@@ -8,7 +8,7 @@ use super::context::{self, Compaction, Decision};
 use super::effects::{Commit, Effect, Notice, SummaryAsk};
 use super::{Machine, effects};
 use crate::model::ModelResponse;
-use crate::store::RunStatus;
+use crate::records::RunStatus;
 use crate::trace::{NoteKind, TraceEvent};
 
 /// A summary asked for and not yet committed.

@@ -79,7 +79,7 @@ mod tests {
     use crate::config::types::ToolsConfig;
     use crate::model::{Message, ModelResponse, Part, Role, StopReason, Usage};
     use crate::prompts::Prompts;
-    use crate::store::RunStatus;
+    use crate::records::RunStatus;
     use crate::trace::{NoteKind, TraceEvent};
     use serde_json::json;
 

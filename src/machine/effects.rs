@@ -9,11 +9,11 @@
 
 use super::state::LoopState;
 use crate::model::{Message, ModelResponse, ToolSpec};
-use crate::recovery::Execution;
-use crate::store::{
+use crate::records::{
     CallRecord, EscalationDetail, EscalationId, EscalationKind, EscalationRow, JournalEntry,
     RunStatus,
 };
+use crate::recovery::Execution;
 use crate::taxonomy::ErrorKind;
 use crate::trace::TraceEvent;
 use serde_json::Value;

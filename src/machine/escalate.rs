@@ -2,7 +2,7 @@
 //! the agent's work — the request, what was checked, the problem, a next step.
 
 use crate::model::{Message, Part, Role};
-use crate::store::{EscalationDetail, EscalationKind, Facts, Handover};
+use crate::records::{EscalationDetail, EscalationKind, Facts, Handover};
 
 /// The facts an escalation is raised with.
 pub struct Raise<'a> {

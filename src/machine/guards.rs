@@ -4,9 +4,9 @@
 use super::policy::{call_key, circuit_open, needs_approval};
 use super::state::LoopState;
 use crate::config::{Policy, ToolDef};
+use crate::records::{EscalationRow, Facts, Resolution};
 use crate::recovery::Gate;
 use crate::recovery::chain::Guards;
-use crate::store::{EscalationRow, Facts, Resolution};
 use crate::taxonomy::ErrorKind;
 use crate::tools::outcome::ToolError;
 use serde_json::Value;

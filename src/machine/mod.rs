@@ -48,7 +48,7 @@ pub use effects::{Effect, Event, Stop, StopReason};
 use crate::config::{ToolDef, ToolsConfig};
 use crate::model::{Message, ToolSpec};
 use crate::prompts::Prompts;
-use crate::store::{CallRecord, EscalationRow, JournalEntry};
+use crate::records::{CallRecord, EscalationRow, JournalEntry};
 use context::{Context, Window};
 use state::{LoopState, budget_note, check_budget};
 use std::collections::HashMap;
@@ -140,7 +140,7 @@ struct Step {
     /// System notes to the model (a withdrawn tool, a stuck nudge).
     notes: Vec<Message>,
     /// A pausing escalation a policy raised: problem and facts.
-    escalation: Option<(String, crate::store::Facts)>,
+    escalation: Option<(String, crate::records::Facts)>,
     /// Stored by an earlier process, by call id.
     journal: HashMap<String, JournalEntry>,
     decisions: HashMap<String, EscalationRow>,
@@ -292,14 +292,14 @@ impl<'a> Machine<'a> {
             let reason = stop.message();
             return vec![
                 Effect::SetStatus {
-                    status: crate::store::RunStatus::BudgetExhausted,
+                    status: crate::records::RunStatus::BudgetExhausted,
                     reason: reason.clone(),
                 },
                 Effect::Notice(effects::Notice::Stopped {
                     reason: reason.clone(),
                 }),
                 Effect::Stop(Stop {
-                    status: crate::store::RunStatus::BudgetExhausted,
+                    status: crate::records::RunStatus::BudgetExhausted,
                     reason: StopReason::Text(reason),
                 }),
             ];

@@ -8,7 +8,7 @@ use super::{Machine, Step};
 use crate::config::ToolDef;
 use crate::machine::state::LoopState;
 use crate::model::{Message, ModelResponse, Part, Role, StopReason as ModelStop};
-use crate::store::{
+use crate::records::{
     AllToolsFailedFacts, EscalationRow, Facts, JournalEntry, RunStatus, ToolFailures,
 };
 use std::collections::HashMap;

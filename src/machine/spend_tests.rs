@@ -10,7 +10,7 @@ use crate::config::types::ToolsConfig;
 use crate::model::prices::{Price, Pricing};
 use crate::model::{Message, ModelResponse, Role, StopReason as ModelStop, Usage};
 use crate::prompts::Prompts;
-use crate::store::RunStatus;
+use crate::records::RunStatus;
 
 fn machine<'a>(
     tools: &'a ToolsConfig,

@@ -13,12 +13,12 @@ use super::{Machine, Rules, policy};
 use crate::config::types::ToolsConfig;
 use crate::model::{Message, ModelResponse, Part, Role, StopReason as ModelStop, Usage};
 use crate::prompts::Prompts;
-use crate::recovery::{CallOutcome, Execution};
-use crate::store::{
+use crate::records::{
     AllToolsFailedFacts, BreakerFacts, CallRecord, CallStatus, EscalationDetail, EscalationId,
     EscalationKind, EscalationRow, Facts, Handover, JournalEntry, Resolution, RunId, RunStatus,
     ToolFailures,
 };
+use crate::recovery::{CallOutcome, Execution};
 use crate::taxonomy::ErrorKind;
 use crate::trace::{NoteKind, TraceEvent};
 use serde_json::{Value, json};
@@ -808,7 +808,7 @@ fn an_approval_decided_by_a_person_goes_to_the_gate_on_replay() {
     m.handle(Event::Start {
         escalations: Vec::new(),
     });
-    let facts = Facts::ApprovalRequired(crate::store::ApprovalFacts {
+    let facts = Facts::ApprovalRequired(crate::records::ApprovalFacts {
         call_id: "c1".into(),
         tool: "refund".into(),
         args: json!({}),
@@ -843,7 +843,7 @@ fn a_question_to_a_person_pauses_and_their_reply_is_the_result() {
     m.handle(Event::Start {
         escalations: Vec::new(),
     });
-    let facts = Facts::Question(crate::store::QuestionFacts {
+    let facts = Facts::Question(crate::records::QuestionFacts {
         call_id: "c1".into(),
         tool: "ask_user".into(),
         question: "Which order?".into(),

@@ -1,6 +1,6 @@
 //! An escalation's handover as people read it (`escalations show`).
 
-use crate::store::Handover;
+use crate::records::Handover;
 
 pub fn render(h: &Handover) -> String {
     let mut out = format!("Request: {}\n", h.request);

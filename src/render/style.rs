@@ -62,8 +62,8 @@ impl Style {
 
     /// A run status in the colour of what it asks of the reader: green done, yellow
     /// waiting for someone, red broken.
-    pub fn status(self, status: crate::store::RunStatus) -> String {
-        use crate::store::RunStatus as S;
+    pub fn status(self, status: crate::records::RunStatus) -> String {
+        use crate::records::RunStatus as S;
         let s = status.as_str();
         match status {
             S::Completed => self.green(s),

@@ -1,8 +1,8 @@
 //! The line that ends a run on stderr: how it ended, what it cost, and what to do next.
 
 use super::Style;
+use crate::records::RunStatus;
 use crate::runner::RunOutcome;
-use crate::store::RunStatus;
 use std::time::Duration;
 
 /// `agentrun: run 3f9a… completed after 3 steps (1630 tokens in, 102 out) in 2.1s`,

@@ -3,7 +3,7 @@
 
 use super::Style;
 use super::text::{pad, pad_left, truncate, width};
-use crate::store::RunRow;
+use crate::records::RunRow;
 use crate::timefmt::age;
 
 /// The task column never gets less than this, even on a narrow terminal.
@@ -34,7 +34,7 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
                 match (&r.worker, r.status) {
                     _ if (opts.stale)(r) => "stale".to_string(),
                     // Which worker holds it (issue 17).
-                    (Some(w), crate::store::RunStatus::Running) => format!("running ({w})"),
+                    (Some(w), crate::records::RunStatus::Running) => format!("running ({w})"),
                     _ => r.status.to_string(),
                 },
                 r.steps.to_string(),

@@ -5,7 +5,7 @@
 use super::Style;
 use super::text::{fold, indent};
 use crate::model::{Part, Role};
-use crate::store::{
+use crate::records::{
     EscalationRow, JournalEntry, Resolution, RunRow, RunStatus, StoredEvent, StoredMessage,
 };
 use crate::timefmt::rfc3339;

@@ -1,46 +1,38 @@
-//! The SQLite store: one file per installation holding every run, its transcript, the
-//! tool-call journal, the trace and the human queue.
+//! The store: where runs live between processes — the transcript, the tool-call
+//! journal, loop checkpoints, the trace, the human queue and the run queue — behind one
+//! [`Store`] over two backends, SQLite (one file, the default) and PostgreSQL (a
+//! server many machines share, issues 17 and 25).
 //!
-//! [`Store::open`] does everything a connection needs up front (folder, WAL,
-//! `synchronous=FULL`, busy timeout, migrations, 0600 permissions) so no caller can
-//! forget a pragma. Every write goes through `BEGIN IMMEDIATE`, and every write made on
-//! behalf of a running loop carries the run's lease token, so a process that lost its
-//! lease cannot write late (fencing).
+//! What it stores are the neutral records of `crate::records` (which the pure machine
+//! also speaks); what it adds is the contract of DESIGN §5: one transaction per step,
+//! the journal within the step at a stated [`Durability`], leases with fencing tokens,
+//! secrets never stored, damaged storage reported and never repaired.
 //!
-//! **One fsync per step (issue 14).** Each write says how far it must survive
-//! ([`Durability`]). Step commits, "started" marks and everything outside the step
-//! path are `synchronous=FULL`: the commit returns after the WAL is fsynced. The
-//! within-step journal (the model's response, a call's outcome) is committed with
-//! `synchronous=NORMAL`: no fsync of its own. That is safe because of how WAL works:
-//! commits append frames to one file in order, a later commit's fsync flushes the
-//! whole file (so every earlier frame with it), and recovery after a power cut keeps
-//! the longest prefix of whole, checksummed transactions. So a NORMAL commit survives
-//! a killed process at once (it is in the OS's page cache) and a power cut as soon as
-//! the next FULL commit returns; a power cut before that rolls back only a suffix of
-//! the journal, never a hole in it. What a power cut can then cost is listed in the
-//! module doc of `journal.rs` and in the README ("Durability").
-//!
-//! Damaged storage is reported, never repaired or overwritten (issue 6): a file that is
-//! not SQLite, a damaged (e.g. truncated) one, a read-only one, or one another process
-//! keeps locked past the busy timeout each get their own error, which the command layer
-//! turns into one line and exit 2.
+//! Module map (each folder's files import downwards only):
+//! - `error`, `durability`, `lease`, `input`: the vocabulary both backends share
+//!   (errors, how far a write survives, the lease, what callers hand in to write);
+//! - `sqlite/`: the embedded backend (connection and pragmas, migrations, the shared
+//!   write helpers and row readers, then runs, queue, journal, escalations, admin);
+//! - `pg/`: the PostgreSQL backend, split the same way;
+//! - this file: the [`Store`] enum and the table of methods both backends implement.
 
-mod admin;
-mod detail;
-mod escalations;
-mod journal;
-mod migrations;
+mod durability;
+mod error;
+mod input;
+mod lease;
 mod pg;
-mod runs;
 mod sqlite;
 
-pub use detail::{
-    AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail, Facts,
-    Handover, QuestionFacts, StuckFacts, ToolFailures,
+pub use crate::records::{
+    AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, CallRecord, CallStatus,
+    EscalationDetail, EscalationId, EscalationKind, EscalationRow, Facts, Handover, JournalEntry,
+    QuestionFacts, Resolution, RunId, RunRow, RunStatus, StoredEvent, StoredMessage, StuckFacts,
+    ToolFailures,
 };
-pub use escalations::{EscalationId, EscalationKind, EscalationRow, NewEscalation, Resolution};
-pub use journal::{CallRecord, CallStatus, JournalEntry, StepCommit, StoredEvent, StoredMessage};
-pub use runs::{LEASE_TTL_MS, Lease, NewRun, RunRow, RunStatus};
+pub use durability::{BUSY_TIMEOUT, Durability};
+pub use error::{Result, StoreError};
+pub use input::{NewEscalation, NewRun, StepCommit};
+pub use lease::{LEASE_TTL_MS, Lease};
 
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
@@ -48,118 +40,8 @@ pub use sqlite::SqliteStore;
 use crate::model::{Message, ModelResponse};
 use crate::trace::TraceEvent;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-/// A run's id: 12 lowercase hex digits. Commands accept any unique prefix.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RunId(pub String);
-
-impl RunId {
-    pub fn generate() -> RunId {
-        RunId(format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
-    }
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The `LIKE` pattern for ids starting with `prefix`, or `None` when `prefix` cannot
-    /// begin an id: empty, or holding anything but letters, digits, `-` and `_` (issue
-    /// 22: `runs rm "%"` and `runs show ""` selected a run). `_` is a LIKE wildcard, so
-    /// it is escaped with `\\` (the `ESCAPE` both backends' queries name).
-    pub fn prefix_pattern(prefix: &str) -> Option<String> {
-        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if prefix.is_empty() || !prefix.chars().all(ok) {
-            return None;
-        }
-        Some(format!("{}%", prefix.replace('_', "\\_")))
-    }
-}
-
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database {path}: {message}")]
-    Open { path: PathBuf, message: String },
-    #[error("database {path} is not an agentrun database ({message}); it was left untouched")]
-    NotADatabase { path: PathBuf, message: String },
-    #[error(
-        "database {path} is damaged ({message}); it was left untouched: restore it from a backup"
-    )]
-    Damaged { path: PathBuf, message: String },
-    #[error(
-        "database {path} is read-only; agentrun needs to write to it (check its permissions and attributes)"
-    )]
-    ReadOnly { path: PathBuf },
-    #[error(
-        "database {path} is locked by another process (waited {waited_ms} ms); try again when it is done"
-    )]
-    Locked { path: PathBuf, waited_ms: u128 },
-    #[error(
-        "database {path} was written by a newer agentrun (schema {found}, this build knows {known})"
-    )]
-    TooNew {
-        path: PathBuf,
-        found: i64,
-        known: i64,
-    },
-    #[error("no run `{0}` in this database (see `agentrun runs list`)")]
-    RunNotFound(String),
-    #[error("run id prefix `{prefix}` is ambiguous: it matches {matches}")]
-    AmbiguousRun { prefix: String, matches: String },
-    #[error(
-        "run {run} is held by pid {pid} (lease taken {since}); wait for it to finish, or stop that process first"
-    )]
-    LeaseHeld { run: RunId, pid: i64, since: String },
-    /// Another process took the run over; this process must stop writing.
-    #[error("run {0} was taken over by another process; this process stopped writing to it")]
-    LeaseLost(RunId),
-    #[error("no escalation `{0}` (see `agentrun escalations list --all`)")]
-    EscalationNotFound(String),
-    #[error("escalation {0} is already resolved; a decision is recorded once")]
-    AlreadyResolved(i64),
-    #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// A PostgreSQL error (the server's message; never the connection string).
-    #[error("database error: {0}")]
-    Postgres(String),
-    #[error("stored data for run {run} is damaged: {message}")]
-    Corrupt { run: String, message: String },
-}
-
-impl StoreError {
-    /// Errors caused by what the user pointed us at (exit 2), as opposed to failures.
-    pub fn is_bad_input(&self) -> bool {
-        match self {
-            // Damage found by a query after open is still a problem with the file.
-            StoreError::Sqlite(e) => sqlite::is_damage(e),
-            StoreError::Postgres(_) => false,
-            StoreError::LeaseLost(_) => false,
-            _ => true,
-        }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, StoreError>;
-
-/// How long a write waits for another process's write lock before giving up.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How far a write must survive once its commit returns (see the module doc).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=FULL`: fsynced before the commit returns; survives a power cut.
-    PowerCut,
-    /// `synchronous=NORMAL`: survives a killed process at once, and a power cut once
-    /// the next [`Durability::PowerCut`] commit of this database returns.
-    Process,
-}
 
 /// The store: SQLite (the embedded default) or PostgreSQL (issue 17), chosen by the
 /// `--db` value. Both backends keep the same contract (DESIGN §5): one transaction
@@ -351,8 +233,4 @@ delegate! {
         snapshot: &str,
         scripts: &BTreeMap<String, String>,
     ) -> Result<()>;
-}
-
-pub(crate) fn now_ms() -> i64 {
-    crate::clock::Clock::now_ms(&crate::clock::SystemClock)
 }

@@ -1,13 +1,78 @@
-//! What an escalation is about, typed: the facts each kind is raised with, and the
+//! What an escalation is about, typed: its kind, the facts each kind is raised with, and the
 //! handover a person reads. Stored as the `detail` JSON of the escalation row; the
 //! JSON (and so `escalations show --json`) keeps the field names it always had, including
 //! `digest` for approvals and `key` for breakers, which are the same thing: the call's
 //! tool + arguments digest.
 
-use super::escalations::EscalationKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscalationKind {
+    BreakerOpen,
+    ApprovalRequired,
+    Stuck,
+    Question,
+    OutcomeUnknown,
+    ToolBug,
+    AllToolsFailed,
+}
+
+impl EscalationKind {
+    pub const ALL: [EscalationKind; 7] = [
+        EscalationKind::BreakerOpen,
+        EscalationKind::ApprovalRequired,
+        EscalationKind::Stuck,
+        EscalationKind::Question,
+        EscalationKind::OutcomeUnknown,
+        EscalationKind::ToolBug,
+        EscalationKind::AllToolsFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EscalationKind::BreakerOpen => "breaker_open",
+            EscalationKind::ApprovalRequired => "approval_required",
+            EscalationKind::Stuck => "stuck",
+            EscalationKind::Question => "question",
+            EscalationKind::OutcomeUnknown => "outcome_unknown",
+            EscalationKind::ToolBug => "tool_bug",
+            EscalationKind::AllToolsFailed => "all_tools_failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EscalationKind> {
+        EscalationKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether the run waits for this one (a tool bug is a report for the tool's
+    /// owner, and `all_tools_failed` a report that the run answered without tools;
+    /// either way the run goes on).
+    pub fn pauses(self) -> bool {
+        !matches!(
+            self,
+            EscalationKind::ToolBug | EscalationKind::AllToolsFailed
+        )
+    }
+
+    /// Whether the run paused in the middle of a tool call (vs. between steps).
+    pub fn blocks_a_call(self) -> bool {
+        matches!(
+            self,
+            EscalationKind::ApprovalRequired
+                | EscalationKind::Question
+                | EscalationKind::OutcomeUnknown
+        )
+    }
+}
+
+impl fmt::Display for EscalationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A tool call's id as the model gave it (the idempotency key of its attempts).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -11,7 +11,12 @@
 //! rebuilds the file as well, which also drops what older versions of the remaining
 //! rows left in free space before `secure_delete` was on.
 
-use super::{Result, RunId, SqliteStore};
+use super::conn::SqliteStore;
+use super::write::{check_lease, insert_scripts};
+use crate::records::RunId;
+use crate::store::error::Result;
+use crate::store::lease::Lease;
+use std::collections::BTreeMap;
 
 impl SqliteStore {
     /// Deletes one run and everything it owns. Returns false when no such run exists.
@@ -55,12 +60,12 @@ impl SqliteStore {
     /// the rest of the run).
     pub fn replace_snapshot(
         &self,
-        lease: &super::Lease,
+        lease: &Lease,
         snapshot: &str,
-        scripts: &std::collections::BTreeMap<String, String>,
+        scripts: &BTreeMap<String, String>,
     ) -> Result<()> {
         self.write(|tx| {
-            super::runs::check_lease(tx, lease)?;
+            check_lease(tx, lease)?;
             tx.execute(
                 "UPDATE run_snapshots SET snapshot = ?2 WHERE run_id = ?1",
                 rusqlite::params![lease.run.0, snapshot],
@@ -69,7 +74,7 @@ impl SqliteStore {
                 "DELETE FROM run_scripts WHERE run_id = ?1",
                 [lease.run.as_str()],
             )?;
-            super::runs::insert_scripts(tx, &lease.run, scripts)?;
+            insert_scripts(tx, &lease.run, scripts)?;
             Ok(())
         })
     }

@@ -32,103 +32,21 @@
 //!
 //! It never costs a committed step, and never repeats a non-idempotent call.
 
-use super::runs::{check_lease, holds_lease};
-use super::{Durability, Lease, Result, RunId, RunStatus, SqliteStore, StoreError, now_ms};
-use crate::model::{Message, ModelResponse, Role};
+use super::conn::SqliteStore;
+use super::rows::{corrupt, db, event_row, journal_row, message_row};
+use super::write::{
+    check_lease, holds_lease, insert_escalation, insert_events, insert_messages, update_call,
+};
+use crate::model::{Message, ModelResponse};
+use crate::records::{
+    CallRecord, EscalationId, JournalEntry, RunId, RunStatus, StoredEvent, StoredMessage,
+};
+use crate::store::durability::{Durability, now_ms};
+use crate::store::error::{Result, StoreError};
+use crate::store::input::StepCommit;
+use crate::store::lease::Lease;
 use crate::trace::TraceEvent;
-use rusqlite::{Connection, OptionalExtension, params};
-use serde_json::Value;
-
-/// The journal's view of a call (DESIGN §1 `tool_calls[].status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallStatus {
-    Ok,
-    Error,
-    Pending,
-    Unknown,
-}
-
-impl CallStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CallStatus::Ok => "ok",
-            CallStatus::Error => "error",
-            CallStatus::Pending => "pending",
-            CallStatus::Unknown => "unknown",
-        }
-    }
-
-    pub(super) fn parse(s: &str) -> Option<CallStatus> {
-        [
-            CallStatus::Ok,
-            CallStatus::Error,
-            CallStatus::Pending,
-            CallStatus::Unknown,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct JournalEntry {
-    pub step: u32,
-    pub idx: u32,
-    pub call_id: String,
-    pub tool: String,
-    pub args: Value,
-    pub status: CallStatus,
-    /// The call may have begun (its side effect may have happened).
-    pub started: bool,
-    pub attempts: u32,
-    /// What the model saw, once finished.
-    pub result: Option<Value>,
-    pub is_error: bool,
-    pub via: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredMessage {
-    pub seq: i64,
-    pub step: u32,
-    pub message: Message,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredEvent {
-    pub step: u32,
-    pub at: i64,
-    pub event: TraceEvent,
-}
-
-/// A finished call, to be journaled.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallRecord {
-    pub call_id: String,
-    pub status: CallStatus,
-    pub attempts: u32,
-    pub result: Value,
-    pub is_error: bool,
-    pub via: Option<String>,
-}
-
-/// Everything a step commit writes, atomically.
-pub struct StepCommit<'a> {
-    pub step: u32,
-    pub messages: &'a [Message],
-    /// Loop state JSON after the step.
-    pub state: &'a str,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub status: RunStatus,
-    pub answer: Option<&'a str>,
-    pub error: Option<&'a str>,
-    /// The step's last call outcome, when it was not journaled on its own.
-    pub outcome: Option<&'a CallRecord>,
-    pub events: &'a [TraceEvent],
-    /// An escalation raised by this step, queued in the same commit.
-    pub escalation: Option<&'a super::NewEscalation<'a>>,
-}
+use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
     /// Journals a model response for `step` with its tool calls as pending rows.
@@ -213,11 +131,7 @@ impl SqliteStore {
 
     /// Commits a finished step: its messages, the loop state and the run's counters,
     /// and the escalation it raised (whose id is returned).
-    pub fn commit_step(
-        &self,
-        lease: &Lease,
-        c: &StepCommit<'_>,
-    ) -> Result<Option<super::EscalationId>> {
+    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>> {
         self.write(|tx| {
             // The run's counters, with the lease check and heartbeat of `check_lease`
             // in the same statement (issue 14: one statement fewer a step). First, so a
@@ -266,7 +180,7 @@ impl SqliteStore {
                 .execute(params![lease.run.0, c.step])?;
             insert_events(tx, &lease.run, c.step, c.events)?;
             let escalation = match c.escalation {
-                Some(e) => Some(super::escalations::insert(tx, &lease.run, e)?),
+                Some(e) => Some(insert_escalation(tx, &lease.run, e)?),
                 None => None,
             };
             crate::fault::point("inside_commit");
@@ -528,130 +442,5 @@ impl SqliteStore {
             f(event_row(run, r)?)?;
         }
         Ok(())
-    }
-}
-
-pub(super) fn insert_messages(
-    tx: &Connection,
-    run: &RunId,
-    first_seq: i64,
-    step: u32,
-    messages: &[Message],
-) -> Result<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO messages (run_id, seq, step, role, content) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    for (i, m) in messages.iter().enumerate() {
-        let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
-        stmt.execute(params![
-            run.0,
-            first_seq + i as i64,
-            step,
-            m.role.as_str(),
-            content
-        ])?;
-    }
-    Ok(())
-}
-
-fn update_call(tx: &Connection, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
-    tx.prepare_cached(
-        "UPDATE tool_calls SET status = ?3, started = 1, attempts = ?4, result = ?5, is_error = ?6, via = ?7
-         WHERE run_id = ?1 AND call_id = ?2 AND step = ?8",
-    )?
-    .execute(params![
-            run.0,
-            r.call_id,
-            r.status.as_str(),
-            r.attempts,
-            r.result.to_string(),
-            r.is_error,
-            r.via,
-            step
-        ])?;
-    Ok(())
-}
-
-pub(super) fn insert_events(
-    tx: &Connection,
-    run: &RunId,
-    step: u32,
-    events: &[TraceEvent],
-) -> Result<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO events (run_id, step, kind, data, at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?;
-    let now = now_ms();
-    for e in events {
-        let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
-        // An event that carries its own time was written later than it happened.
-        stmt.execute(params![
-            run.0,
-            step,
-            e.kind(),
-            data,
-            e.at_ms().unwrap_or(now)
-        ])?;
-    }
-    Ok(())
-}
-
-/// An SQLite error as a store error, for the generic `each_*` readers.
-fn db<T>(r: rusqlite::Result<T>) -> Result<T> {
-    Ok(r?)
-}
-
-fn text<'r>(r: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str> {
-    Ok(r.get_ref(i)?.as_str().map_err(rusqlite::Error::from)?)
-}
-
-fn message_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<StoredMessage> {
-    let role: Role =
-        serde_json::from_value(Value::String(text(r, 2)?.into())).map_err(|e| corrupt(run, e))?;
-    let content = serde_json::from_str(text(r, 3)?).map_err(|e| corrupt(run, e))?;
-    Ok(StoredMessage {
-        seq: r.get(0)?,
-        step: r.get(1)?,
-        message: Message { role, content },
-    })
-}
-
-fn journal_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<JournalEntry> {
-    let status = text(r, 5)?;
-    let result: Option<&str> = r
-        .get_ref(8)?
-        .as_str_or_null()
-        .map_err(rusqlite::Error::from)?;
-    Ok(JournalEntry {
-        step: r.get(0)?,
-        idx: r.get(1)?,
-        call_id: r.get(2)?,
-        tool: r.get(3)?,
-        args: serde_json::from_str(text(r, 4)?).map_err(|e| corrupt(run, e))?,
-        status: CallStatus::parse(status)
-            .ok_or_else(|| corrupt(run, format!("unknown call status `{status}`")))?,
-        started: r.get(6)?,
-        attempts: r.get(7)?,
-        result: result
-            .map(serde_json::from_str)
-            .transpose()
-            .map_err(|e| corrupt(run, e))?,
-        is_error: r.get(9)?,
-        via: r.get(10)?,
-    })
-}
-
-fn event_row(run: &RunId, r: &rusqlite::Row<'_>) -> Result<StoredEvent> {
-    Ok(StoredEvent {
-        step: r.get(0)?,
-        at: r.get(1)?,
-        event: serde_json::from_str(text(r, 2)?).map_err(|e| corrupt(run, e))?,
-    })
-}
-
-fn corrupt(run: &RunId, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        run: run.0.clone(),
-        message: e.to_string(),
     }
 }

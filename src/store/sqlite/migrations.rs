@@ -1,9 +1,7 @@
 //! Schema migrations, applied in order and recorded in `PRAGMA user_version`.
 //! Append-only: never edit a shipped migration; add a new one.
 
-use super::{Result, SqliteStore, StoreError};
-
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     r#"
     CREATE TABLE runs (
@@ -124,30 +122,6 @@ const MIGRATIONS: &[&str] = &[
         WHERE json_type(snapshot, '$.scripts') IS NOT NULL;
     "#,
 ];
-
-pub(super) fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
-    let known = MIGRATIONS.len() as i64;
-    if from > known {
-        return Err(StoreError::TooNew {
-            path: store.path.clone(),
-            found: from,
-            known,
-        });
-    }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
-        store.write(|tx| {
-            // Another process may have migrated between our read and this lock.
-            let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            if now > i as i64 {
-                return Ok(());
-            }
-            tx.execute_batch(sql)?;
-            tx.pragma_update(None, "user_version", i as i64 + 1)?;
-            Ok(())
-        })?;
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,10 @@
-//! The SQLite backend: one file (WAL) per installation. See the module doc of `store`
-//! for the durability rules; everything here is exactly what the store was before the
-//! PostgreSQL backend existed (issue 17), only renamed.
+//! The SQLite connection: opening a file (and everything done on open), classifying
+//! its errors, and the write transaction every write goes through.
 
-use super::{BUSY_TIMEOUT, Durability, Result, StoreError, migrations, runs};
+use super::migrations::MIGRATIONS;
+use crate::store::durability::{BUSY_TIMEOUT, Durability};
+use crate::store::error::{Result, StoreError};
+use crate::store::lease::LEASE_TTL_MS;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +23,7 @@ pub struct SqliteStore {
     /// the same level.
     pub(super) sync_full: AtomicBool,
     pub(super) busy_timeout: Duration,
-    /// See [`runs::LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
+    /// See [`LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
     pub(super) lease_ttl_ms: i64,
 }
 
@@ -82,7 +84,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             sync_full: AtomicBool::new(true),
             busy_timeout: BUSY_TIMEOUT,
-            lease_ttl_ms: runs::LEASE_TTL_MS,
+            lease_ttl_ms: LEASE_TTL_MS,
         };
         store.configure()?;
         Ok(store)
@@ -146,7 +148,7 @@ impl SqliteStore {
         conn.pragma_update(None, "secure_delete", "ON")
             .map_err(classify)?;
         drop(conn);
-        migrations::migrate(self, version)
+        migrate(self, version)
     }
 
     /// Names what is wrong with the file, when an SQLite error is about the file.
@@ -232,17 +234,35 @@ impl Drop for OpenTransaction<'_> {
     }
 }
 
-pub(super) fn is_damage(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
-    )
-}
-
 fn restrict_permissions(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     // Transcripts can hold customer data: owner-only, like an ssh key. Best effort:
     // a filesystem without Unix permissions is not a reason to refuse to run.
     let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o700);
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+}
+
+/// Applies the migrations after `from` (the file's `user_version`), one transaction each.
+fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
+    let known = MIGRATIONS.len() as i64;
+    if from > known {
+        return Err(StoreError::TooNew {
+            path: store.path.clone(),
+            found: from,
+            known,
+        });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+        store.write(|tx| {
+            // Another process may have migrated between our read and this lock.
+            let now: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            if now > i as i64 {
+                return Ok(());
+            }
+            tx.execute_batch(sql)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
 }

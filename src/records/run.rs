@@ -1,0 +1,106 @@
+//! A run's identity and its row: the id, the status every command and the machine
+//! speak of, and what a run's row holds.
+
+use std::fmt;
+
+/// A run's id: 12 lowercase hex digits. Commands accept any unique prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(pub String);
+
+impl RunId {
+    pub fn generate() -> RunId {
+        RunId(format!("{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff))
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The `LIKE` pattern for ids starting with `prefix`, or `None` when `prefix` cannot
+    /// begin an id: empty, or holding anything but letters, digits, `-` and `_` (issue
+    /// 22: `runs rm "%"` and `runs show ""` selected a run). `_` is a LIKE wildcard, so
+    /// it is escaped with `\\` (the `ESCAPE` both backends' queries name).
+    pub fn prefix_pattern(prefix: &str) -> Option<String> {
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if prefix.is_empty() || !prefix.chars().all(ok) {
+            return None;
+        }
+        Some(format!("{}%", prefix.replace('_', "\\_")))
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    /// Submitted (`agentrun submit`), or handed back to the queue: a worker takes it.
+    Queued,
+    Running,
+    Completed,
+    AwaitingApproval,
+    Escalated,
+    BudgetExhausted,
+    Interrupted,
+    Failed,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 8] = [
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::AwaitingApproval,
+        RunStatus::Escalated,
+        RunStatus::BudgetExhausted,
+        RunStatus::Interrupted,
+        RunStatus::Failed,
+        RunStatus::Queued,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::AwaitingApproval => "awaiting_approval",
+            RunStatus::Escalated => "escalated",
+            RunStatus::BudgetExhausted => "budget_exhausted",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: RunId,
+    pub task: String,
+    pub task_path: String,
+    pub status: RunStatus,
+    pub max_steps: u32,
+    pub max_tokens: u64,
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub answer: Option<String>,
+    pub error: Option<String>,
+    pub lease_pid: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// The worker holding the run (`agentrun worker --name`), if a worker holds it.
+    pub worker: Option<String>,
+    /// The lease's last heartbeat (ms since the epoch).
+    pub heartbeat: Option<i64>,
+}

@@ -1,0 +1,79 @@
+//! The store's errors: each names the database and what is wrong with it, never a
+//! password; `is_bad_input` sorts them into exit 2 (what the user pointed us at) and
+//! failures.
+
+use crate::records::RunId;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("database {path} is not an agentrun database ({message}); it was left untouched")]
+    NotADatabase { path: PathBuf, message: String },
+    #[error(
+        "database {path} is damaged ({message}); it was left untouched: restore it from a backup"
+    )]
+    Damaged { path: PathBuf, message: String },
+    #[error(
+        "database {path} is read-only; agentrun needs to write to it (check its permissions and attributes)"
+    )]
+    ReadOnly { path: PathBuf },
+    #[error(
+        "database {path} is locked by another process (waited {waited_ms} ms); try again when it is done"
+    )]
+    Locked { path: PathBuf, waited_ms: u128 },
+    #[error(
+        "database {path} was written by a newer agentrun (schema {found}, this build knows {known})"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("no run `{0}` in this database (see `agentrun runs list`)")]
+    RunNotFound(String),
+    #[error("run id prefix `{prefix}` is ambiguous: it matches {matches}")]
+    AmbiguousRun { prefix: String, matches: String },
+    #[error(
+        "run {run} is held by pid {pid} (lease taken {since}); wait for it to finish, or stop that process first"
+    )]
+    LeaseHeld { run: RunId, pid: i64, since: String },
+    /// Another process took the run over; this process must stop writing.
+    #[error("run {0} was taken over by another process; this process stopped writing to it")]
+    LeaseLost(RunId),
+    #[error("no escalation `{0}` (see `agentrun escalations list --all`)")]
+    EscalationNotFound(String),
+    #[error("escalation {0} is already resolved; a decision is recorded once")]
+    AlreadyResolved(i64),
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A PostgreSQL error (the server's message; never the connection string).
+    #[error("database error: {0}")]
+    Postgres(String),
+    #[error("stored data for run {run} is damaged: {message}")]
+    Corrupt { run: String, message: String },
+}
+
+impl StoreError {
+    /// Errors caused by what the user pointed us at (exit 2), as opposed to failures.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            // Damage found by a query after open is still a problem with the file.
+            StoreError::Sqlite(e) => is_damage(e),
+            StoreError::Postgres(_) => false,
+            StoreError::LeaseLost(_) => false,
+            _ => true,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Whether an SQLite error says the file is damaged (bad input, not a failure).
+pub(crate) fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
+}

@@ -1,0 +1,132 @@
+//! The human queue on PostgreSQL: escalations a run raises, and people's decisions.
+
+use super::conn::PgStore;
+use super::rows::escalation_row;
+use super::write::{
+    check_lease, encode_escalation, encode_events, insert_escalation, insert_events,
+};
+use crate::records::{EscalationId, EscalationRow, Resolution, RunId, RunStatus};
+use crate::store::durability::now_ms;
+use crate::store::error::{Result, StoreError};
+use crate::store::input::NewEscalation;
+use crate::store::lease::Lease;
+use crate::trace::TraceEvent;
+
+impl PgStore {
+    pub fn create_escalation(
+        &self,
+        lease: &Lease,
+        new: &NewEscalation<'_>,
+        pause_as: Option<RunStatus>,
+        events: &[TraceEvent],
+    ) -> Result<EscalationId> {
+        let lease = lease.clone();
+        let esc = encode_escalation(new);
+        let blocked = match (new.kind().blocks_a_call(), new.detail.facts.call_id()) {
+            (true, Some(call)) => Some(call.as_str().to_string()),
+            _ => None,
+        };
+        let events = encode_events(&lease.run, events)?;
+        self.write(move |tx| {
+            check_lease(tx, &lease)?;
+            let id = insert_escalation(tx, &lease.run, &esc)?;
+            if let Some(status) = pause_as {
+                tx.exec(
+                    "UPDATE runs SET status = $2, updated_at = $3 WHERE id = $1",
+                    &[&lease.run.0, &status.as_str(), &now_ms()],
+                )?;
+            }
+            if let Some(call) = &blocked {
+                tx.exec(
+                    "UPDATE tool_calls SET started = false WHERE run_id = $1 AND step = $2 AND call_id = $3",
+                    &[&lease.run.0, &esc.step, call],
+                )?;
+            }
+            insert_events(tx, &lease.run, esc.step, &events)?;
+            Ok(id)
+        })
+    }
+
+    pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
+                    resolved_by, resolution, applied FROM escalations WHERE id = $1",
+                &[&id.0],
+            )
+        })?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::EscalationNotFound(id.to_string()))?;
+        escalation_row(row)
+    }
+
+    pub fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>> {
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
+                    resolved_by, resolution, applied FROM escalations
+                 WHERE ($1 OR status = 'open') ORDER BY id DESC",
+                &[&all],
+            )
+        })?;
+        rows.iter().map(escalation_row).collect()
+    }
+
+    pub fn escalations_for_run(&self, run: &RunId) -> Result<Vec<EscalationRow>> {
+        let id = run.clone();
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
+                    resolved_by, resolution, applied FROM escalations
+                 WHERE run_id = $1 ORDER BY id",
+                &[&id.0],
+            )
+        })?;
+        rows.iter().map(escalation_row).collect()
+    }
+
+    pub fn resolve_escalation(
+        &self,
+        id: EscalationId,
+        resolution: &Resolution,
+        by: &str,
+    ) -> Result<()> {
+        let json = serde_json::to_string(resolution).map_err(|e| StoreError::Corrupt {
+            run: String::new(),
+            message: e.to_string(),
+        })?;
+        let by = by.to_string();
+        self.write(move |tx| {
+            let status: Option<String> = tx
+                .opt(
+                    "SELECT status FROM escalations WHERE id = $1 FOR UPDATE",
+                    &[&id.0],
+                )?
+                .map(|r| r.get(0));
+            match status.as_deref() {
+                None => return Err(StoreError::EscalationNotFound(id.to_string())),
+                Some("open") => {}
+                Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
+            }
+            tx.exec(
+                "UPDATE escalations SET status = 'resolved', resolved_at = $2, resolved_by = $3,
+                    resolution = $4 WHERE id = $1",
+                &[&id.0, &now_ms(), &by, &json],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()> {
+        let lease = lease.clone();
+        self.write(move |tx| {
+            check_lease(tx, &lease)?;
+            tx.exec(
+                "UPDATE escalations SET applied = true WHERE id = $1",
+                &[&id.0],
+            )?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,115 @@
+//! The PostgreSQL schema, as migrations applied in order on open (see `conn`).
+//! Append-only: never edit a shipped migration; add a new one.
+
+/// Schema migrations, applied in order and recorded in `schema_version`. Append-only.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the SQLite schema as of its version 3, in PostgreSQL types, plus the lease's
+    // host (see the module doc) and an insertion sequence for a stable list order.
+    r#"
+    CREATE TABLE runs (
+        id              TEXT PRIMARY KEY,
+        seq             BIGSERIAL NOT NULL,
+        task            TEXT NOT NULL,
+        task_path       TEXT NOT NULL,
+        status          TEXT NOT NULL,
+        max_steps       BIGINT NOT NULL,
+        max_tokens      BIGINT NOT NULL,
+        steps           BIGINT NOT NULL DEFAULT 0,
+        input_tokens    BIGINT NOT NULL DEFAULT 0,
+        output_tokens   BIGINT NOT NULL DEFAULT 0,
+        answer          TEXT,
+        error           TEXT,
+        lease_pid       BIGINT,
+        lease_host      TEXT,
+        lease_token     BIGINT NOT NULL DEFAULT 0,
+        lease_heartbeat BIGINT,
+        lease_since     BIGINT,
+        created_at      BIGINT NOT NULL,
+        updated_at      BIGINT NOT NULL
+    );
+    CREATE INDEX runs_by_created ON runs (created_at DESC, seq DESC);
+    CREATE TABLE run_snapshots (
+        run_id   TEXT PRIMARY KEY REFERENCES runs(id),
+        snapshot TEXT NOT NULL
+    );
+    CREATE TABLE messages (
+        run_id  TEXT NOT NULL REFERENCES runs(id),
+        seq     BIGINT NOT NULL,
+        step    BIGINT NOT NULL,
+        role    TEXT NOT NULL,
+        content TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE checkpoints (
+        run_id   TEXT PRIMARY KEY REFERENCES runs(id),
+        step     BIGINT NOT NULL,
+        last_seq BIGINT NOT NULL,
+        state    TEXT NOT NULL
+    );
+    CREATE TABLE model_turns (
+        run_id   TEXT NOT NULL REFERENCES runs(id),
+        step     BIGINT NOT NULL,
+        response TEXT NOT NULL,
+        PRIMARY KEY (run_id, step)
+    );
+    CREATE TABLE tool_calls (
+        run_id     TEXT NOT NULL REFERENCES runs(id),
+        call_id    TEXT NOT NULL,
+        step       BIGINT NOT NULL,
+        idx        BIGINT NOT NULL,
+        tool       TEXT NOT NULL,
+        args       TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        started    BOOLEAN NOT NULL DEFAULT false,
+        attempts   BIGINT NOT NULL DEFAULT 0,
+        result     TEXT,
+        is_error   BOOLEAN NOT NULL DEFAULT false,
+        via        TEXT,
+        PRIMARY KEY (run_id, step, call_id)
+    );
+    CREATE TABLE events (
+        id     BIGSERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        step   BIGINT NOT NULL,
+        kind   TEXT NOT NULL,
+        data   TEXT NOT NULL,
+        at     BIGINT NOT NULL
+    );
+    CREATE INDEX events_by_run ON events (run_id, id);
+    CREATE TABLE escalations (
+        id          BIGSERIAL PRIMARY KEY,
+        run_id      TEXT NOT NULL REFERENCES runs(id),
+        step        BIGINT NOT NULL,
+        kind        TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        summary     TEXT NOT NULL,
+        detail      TEXT NOT NULL,
+        created_at  BIGINT NOT NULL,
+        resolved_at BIGINT,
+        resolved_by TEXT,
+        resolution  TEXT,
+        applied     BOOLEAN NOT NULL DEFAULT false
+    );
+    CREATE INDEX escalations_by_run ON escalations (run_id, status);
+    "#,
+    // 2: the run queue (as SQLite's migration 4).
+    r#"
+    ALTER TABLE runs ADD COLUMN queue BOOLEAN NOT NULL DEFAULT false;
+    ALTER TABLE runs ADD COLUMN lease_worker TEXT;
+    CREATE INDEX runs_claimable ON runs (created_at, seq) WHERE queue AND status IN ('queued', 'running');
+    "#,
+    // 3: scripts beside the snapshot, not in it (as SQLite's migration 5).
+    r#"
+    CREATE TABLE run_scripts (
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        spec   TEXT NOT NULL,
+        text   TEXT NOT NULL,
+        PRIMARY KEY (run_id, spec)
+    );
+    INSERT INTO run_scripts (run_id, spec, text)
+        SELECT s.run_id, j.key, j.value
+        FROM run_snapshots s, jsonb_each_text(s.snapshot::jsonb -> 'scripts') j;
+    UPDATE run_snapshots SET snapshot = (snapshot::jsonb - 'scripts')::text
+        WHERE snapshot::jsonb -> 'scripts' IS NOT NULL;
+    "#,
+];

@@ -1,0 +1,57 @@
+//! The PostgreSQL backend (issue 17): the same contract as the SQLite store (DESIGN
+//! §5), on a server several machines share, so runs can be queued and taken by workers
+//! anywhere (`agentrun submit` / `agentrun worker`).
+//!
+//! **Shape.** [`PgStore`] has the SQLite store's synchronous methods, so every call
+//! site (the driver, the commands) is the same for both. Underneath is `tokio-postgres`
+//! through its blocking facade, the `postgres` crate, which runs a tokio runtime of its
+//! own and `block_on`s each query. That is not allowed on a thread that is already
+//! inside a runtime (the driver's), so the connection lives on a dedicated thread and
+//! each store call sends it a job and blocks until the answer comes back: exactly how
+//! the driver already blocks on an SQLite call. One store is one connection; a worker
+//! runs each of its `--concurrency N` slots with a store of its own, so N runs commit
+//! on N connections at once and no pool is needed.
+//!
+//! **Transactions and fencing.** Every write is one transaction (READ COMMITTED) whose
+//! first statement is the lease check, an `UPDATE` of the run's row: it takes that
+//! row's lock, so two writers of one run are serialised on it for the whole
+//! transaction, and a writer whose token is stale updates nothing and fails with
+//! [`StoreError::LeaseLost`] before it writes anything (the fencing SQLite gets from
+//! `BEGIN IMMEDIATE` plus the same check). `acquire` and the queue's claims lock the
+//! row with `FOR UPDATE` (`SKIP LOCKED` when claiming) before they raise the token.
+//!
+//! **Durability.** [`Durability::PowerCut`] commits are ordinary commits
+//! (`synchronous_commit = on`: the WAL is flushed before COMMIT returns).
+//! [`Durability::Process`] commits set `synchronous_commit = off` for that transaction:
+//! like SQLite's NORMAL they survive this process being killed at once (the server has
+//! them), and a server crash loses at most a suffix of them — PostgreSQL's WAL is
+//! written in order, so the next flushed commit makes every earlier one durable.
+//!
+//! **Lease liveness** is the heartbeat alone: a lease whose heartbeat is older than the
+//! TTL is free, whoever and wherever the holder was. As a shortcut for `resume` right
+//! after a crash on the same machine, a holder on this host (same `lease_host`) whose
+//! pid no longer exists is replaced at once, as on SQLite; a pid on another host is
+//! never looked at.
+//!
+//! Connection strings can carry a password: it is never stored, and [`PgStore::path`]
+//! (what messages show) drops it.
+
+//!
+//! Module map (imports go downwards only): `url` (what messages show of a connection
+//! string), `migrations`, `conn` (the connection thread, transactions, migrating on
+//! open), `write` and `rows` (the writes and row readers the tables share), then
+//! `runs`, `queue`, `journal`, `escalations` and `admin`, each adding its methods to
+//! [`PgStore`].
+
+mod admin;
+mod conn;
+mod escalations;
+mod journal;
+mod migrations;
+mod queue;
+mod rows;
+mod runs;
+mod url;
+mod write;
+
+pub use conn::PgStore;

@@ -1,0 +1,137 @@
+//! The writes every PostgreSQL table shares, inside a caller's transaction on the
+//! connection thread: the lease check (fencing), and the inserts of messages, scripts,
+//! trace events, call outcomes and escalations — with their owned encodings, made on
+//! the caller's thread because a job must own what it sends to the connection thread.
+
+use super::conn::Tx;
+use super::rows::corrupt;
+use crate::model::Message;
+use crate::records::{CallRecord, EscalationId, RunId};
+use crate::store::durability::now_ms;
+use crate::store::error::{Result, StoreError};
+use crate::store::input::NewEscalation;
+use crate::store::lease::Lease;
+use crate::trace::TraceEvent;
+use std::collections::BTreeMap;
+
+/// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
+/// the heartbeat, and locks the run's row until the transaction ends.
+pub(super) fn check_lease(tx: &mut Tx<'_>, lease: &Lease) -> Result<()> {
+    let n = tx.exec(
+        "UPDATE runs SET lease_heartbeat = $3 WHERE id = $1 AND lease_token = $2",
+        &[&lease.run.0, &lease.token, &now_ms()],
+    )?;
+    if n == 0 {
+        return Err(StoreError::LeaseLost(lease.run.clone()));
+    }
+    Ok(())
+}
+/// A message as stored: role and content JSON.
+pub(super) type Encoded = (&'static str, String);
+pub(super) fn encode_messages(run: &RunId, messages: &[Message]) -> Result<Vec<Encoded>> {
+    messages
+        .iter()
+        .map(|m| {
+            let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
+            Ok((m.role.as_str(), content))
+        })
+        .collect()
+}
+pub(super) fn insert_scripts(
+    tx: &mut Tx<'_>,
+    run: &RunId,
+    scripts: &BTreeMap<String, String>,
+) -> Result<()> {
+    for (spec, text) in scripts {
+        tx.exec(
+            "INSERT INTO run_scripts (run_id, spec, text) VALUES ($1, $2, $3)",
+            &[&run.0, spec, text],
+        )?;
+    }
+    Ok(())
+}
+pub(super) fn insert_messages(
+    tx: &mut Tx<'_>,
+    run: &RunId,
+    first_seq: i64,
+    step: i64,
+    messages: &[Encoded],
+) -> Result<()> {
+    for (i, (role, content)) in messages.iter().enumerate() {
+        tx.exec(
+            "INSERT INTO messages (run_id, seq, step, role, content) VALUES ($1, $2, $3, $4, $5)",
+            &[&run.0, &(first_seq + i as i64), &step, role, content],
+        )?;
+    }
+    Ok(())
+}
+/// An event as stored: kind, data JSON, time.
+pub(super) type EncodedEvent = (&'static str, String, i64);
+pub(super) fn encode_events(run: &RunId, events: &[TraceEvent]) -> Result<Vec<EncodedEvent>> {
+    let now = now_ms();
+    events
+        .iter()
+        .map(|e| {
+            let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
+            Ok((e.kind(), data, e.at_ms().unwrap_or(now)))
+        })
+        .collect()
+}
+pub(super) fn insert_events(
+    tx: &mut Tx<'_>,
+    run: &RunId,
+    step: i64,
+    events: &[EncodedEvent],
+) -> Result<()> {
+    for (kind, data, at) in events {
+        tx.exec(
+            "INSERT INTO events (run_id, step, kind, data, at) VALUES ($1, $2, $3, $4, $5)",
+            &[&run.0, &step, kind, data, at],
+        )?;
+    }
+    Ok(())
+}
+pub(super) fn update_call(tx: &mut Tx<'_>, run: &RunId, step: i64, r: &CallRecord) -> Result<()> {
+    tx.exec(
+        "UPDATE tool_calls SET status = $3, started = true, attempts = $4, result = $5,
+            is_error = $6, via = $7 WHERE run_id = $1 AND call_id = $2 AND step = $8",
+        &[
+            &run.0,
+            &r.call_id,
+            &r.status.as_str(),
+            &i64::from(r.attempts),
+            &r.result.to_string(),
+            &r.is_error,
+            &r.via,
+            &step,
+        ],
+    )?;
+    Ok(())
+}
+/// An escalation to insert, owned (it crosses to the connection thread).
+pub(super) struct EncodedEscalation {
+    pub(super) step: i64,
+    pub(super) kind: &'static str,
+    pub(super) summary: String,
+    pub(super) detail: String,
+}
+pub(super) fn encode_escalation(new: &NewEscalation<'_>) -> EncodedEscalation {
+    EncodedEscalation {
+        step: i64::from(new.step),
+        kind: new.kind().as_str(),
+        summary: new.summary.to_string(),
+        detail: new.detail.to_json().to_string(),
+    }
+}
+pub(super) fn insert_escalation(
+    tx: &mut Tx<'_>,
+    run: &RunId,
+    e: &EncodedEscalation,
+) -> Result<EscalationId> {
+    let row = tx.one(
+        "INSERT INTO escalations (run_id, step, kind, status, summary, detail, created_at)
+         VALUES ($1, $2, $3, 'open', $4, $5, $6) RETURNING id",
+        &[&run.0, &e.step, &e.kind, &e.summary, &e.detail, &now_ms()],
+    )?;
+    Ok(EscalationId(row.get(0)))
+}

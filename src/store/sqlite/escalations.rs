@@ -1,0 +1,125 @@
+//! The human queue: escalations a run raises, and the decisions people record.
+
+use super::conn::SqliteStore;
+use super::rows::{ESCALATION_COLUMNS, escalation_row};
+use super::write::{check_lease, insert_escalation, insert_events};
+use crate::records::{EscalationId, EscalationRow, Resolution, RunId, RunStatus};
+use crate::store::durability::now_ms;
+use crate::store::error::{Result, StoreError};
+use crate::store::input::NewEscalation;
+use crate::store::lease::Lease;
+use crate::trace::TraceEvent;
+use rusqlite::{OptionalExtension, params};
+
+impl SqliteStore {
+    /// Queues an escalation. When it pauses the run, the run's status becomes
+    /// `pause_as` in the same commit; a blocked call's start mark is cleared, since the
+    /// call did not run (it waits for the decision).
+    pub fn create_escalation(
+        &self,
+        lease: &Lease,
+        new: &NewEscalation<'_>,
+        pause_as: Option<RunStatus>,
+        events: &[TraceEvent],
+    ) -> Result<EscalationId> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            let id = insert_escalation(tx, &lease.run, new)?;
+            if let Some(status) = pause_as {
+                tx.execute(
+                    "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![lease.run.0, status.as_str(), now_ms()],
+                )?;
+            }
+            if let (true, Some(call)) = (new.kind().blocks_a_call(), new.detail.facts.call_id()) {
+                tx.execute(
+                    "UPDATE tool_calls SET started = 0 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
+                    params![lease.run.0, new.step, call.as_str()],
+                )?;
+            }
+            insert_events(tx, &lease.run, new.step, events)?;
+            Ok(id)
+        })
+    }
+
+    pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
+        let conn = self.lock();
+        conn.query_row(
+            &format!("SELECT {ESCALATION_COLUMNS} FROM escalations WHERE id = ?1"),
+            [id.0],
+            escalation_row,
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::EscalationNotFound(id.to_string()))?
+    }
+
+    /// Open escalations (or all, newest first).
+    pub fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>> {
+        self.query_escalations(
+            &format!(
+                "SELECT {ESCALATION_COLUMNS} FROM escalations WHERE (?1 OR status = 'open') ORDER BY id DESC"
+            ),
+            params![all],
+        )
+    }
+
+    pub fn escalations_for_run(&self, run: &RunId) -> Result<Vec<EscalationRow>> {
+        self.query_escalations(
+            &format!("SELECT {ESCALATION_COLUMNS} FROM escalations WHERE run_id = ?1 ORDER BY id"),
+            params![run.0],
+        )
+    }
+
+    fn query_escalations(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<EscalationRow>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(p, escalation_row)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+
+    /// Records a person's decision. Refused when already resolved.
+    pub fn resolve_escalation(
+        &self,
+        id: EscalationId,
+        resolution: &Resolution,
+        by: &str,
+    ) -> Result<()> {
+        let json = serde_json::to_string(resolution).map_err(|e| StoreError::Corrupt {
+            run: String::new(),
+            message: e.to_string(),
+        })?;
+        self.write(|tx| {
+            let status: Option<String> = tx
+                .query_row(
+                    "SELECT status FROM escalations WHERE id = ?1",
+                    [id.0],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match status.as_deref() {
+                None => return Err(StoreError::EscalationNotFound(id.to_string())),
+                Some("open") => {}
+                Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
+            }
+            tx.execute(
+                "UPDATE escalations SET status = 'resolved', resolved_at = ?2, resolved_by = ?3,
+                    resolution = ?4 WHERE id = ?1",
+                params![id.0, now_ms(), by, json],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Marks a between-step escalation's decision as carried into the run.
+    pub fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()> {
+        self.write(|tx| {
+            check_lease(tx, lease)?;
+            tx.execute("UPDATE escalations SET applied = 1 WHERE id = ?1", [id.0])?;
+            Ok(())
+        })
+    }
+}
