@@ -1,9 +1,9 @@
 //! `agentrun escalations`: the human queue — list, show a handover, record a decision.
 
 use super::{BadInput, Cli, Exit, open_store, output};
+use crate::decide::{self, allowed, describe};
 use crate::render::handover;
-use crate::setup::Snapshot;
-use crate::store::{EscalationId, EscalationKind, EscalationRow, Facts, Resolution, Store};
+use crate::store::{EscalationId, EscalationRow, Facts, Resolution, Store};
 use crate::timefmt::{age, rfc3339};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -203,21 +203,13 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
 }
 
 fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit> {
-    let e = store.escalation(EscalationId(args.id))?;
-    if !e.open {
-        return Err(crate::store::StoreError::AlreadyResolved(e.id.0).into());
-    }
     let resolution = decision(args)?;
-    check_allowed(&e, &resolution)?;
-    if let Resolution::Modify { args: new } = &resolution {
-        check_modified_args(store, &e, new)?;
-    }
     let by = args
         .by
         .clone()
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into());
-    store.resolve_escalation(e.id, &resolution, &by)?;
+    let e = decide::decide(store, EscalationId(args.id), &resolution, &by, None)?;
     // A queue run goes back to the queue once nothing else is pending (issue 17); a
     // worker continues it. (`--resume` continues it here instead: it takes the lease.)
     if !args.resume && store.requeue(&e.run_id)? && !cli.quiet && !cli.json {
@@ -272,94 +264,10 @@ fn decision(args: &ResolveArgs) -> anyhow::Result<Resolution> {
     } else if let Some(text) = &args.reply {
         Resolution::Reply { text: text.clone() }
     } else if let Some(json) = &args.modify {
-        let v: Value = serde_json::from_str(json)
-            .map_err(|err| BadInput(format!("--modify: not valid JSON: {err}")))?;
-        if !v.is_object() {
-            return Err(BadInput("--modify: the arguments must be a JSON object".into()).into());
+        Resolution::Modify {
+            args: decide::parse_modified(json)?,
         }
-        Resolution::Modify { args: v }
     } else {
         return Err(BadInput("give one of --approve, --deny, --modify or --reply".into()).into());
     })
-}
-
-fn flag(r: &Resolution) -> &'static str {
-    match r {
-        Resolution::Approve => "--approve",
-        Resolution::Deny { .. } => "--deny",
-        Resolution::Modify { .. } => "--modify",
-        Resolution::Reply { .. } => "--reply",
-    }
-}
-
-fn allowed(kind: EscalationKind) -> &'static [&'static str] {
-    match kind {
-        EscalationKind::ApprovalRequired => &["--approve", "--modify JSON", "--deny REASON"],
-        EscalationKind::Question => &["--reply TEXT", "--deny REASON"],
-        EscalationKind::OutcomeUnknown | EscalationKind::BreakerOpen | EscalationKind::Stuck => {
-            &["--approve", "--reply TEXT", "--deny REASON"]
-        }
-        EscalationKind::ToolBug | EscalationKind::AllToolsFailed => &["--reply TEXT", "--approve"],
-    }
-}
-
-fn check_allowed(e: &EscalationRow, r: &Resolution) -> anyhow::Result<()> {
-    let f = flag(r);
-    if allowed(e.kind)
-        .iter()
-        .any(|a| a.split(' ').next() == Some(f))
-    {
-        return Ok(());
-    }
-    Err(BadInput(format!(
-        "escalation {} is {}: {f} does not apply; use {}",
-        e.id,
-        e.kind,
-        allowed(e.kind).join(" | ")
-    ))
-    .into())
-}
-
-/// Modified arguments must fit the tool's schema, as the run's snapshot defines it.
-fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> anyhow::Result<()> {
-    let tool = e.detail.facts.tool();
-    let requested = match &e.detail.facts {
-        Facts::ApprovalRequired(f) => Some(f.requested_tool.as_str()),
-        _ => None,
-    };
-    if requested != Some(tool) {
-        return Err(BadInput(format!(
-            "escalation {}: --modify applies to a call the model made; {tool} was reached through a fallback — use --approve or --deny",
-            e.id
-        ))
-        .into());
-    }
-    let run = store.run(&e.run_id)?;
-    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(&run.id)?)?;
-    let cfg = crate::config::parse(
-        &snapshot.tools_toml,
-        std::path::Path::new(&snapshot.tools_path),
-    )?;
-    let def = cfg
-        .tools
-        .get(tool)
-        .ok_or_else(|| BadInput(format!("tool {tool} is not in the run's tools.toml")))?;
-    let problems = crate::tools::schema::validate(&def.input_schema, args);
-    if !problems.is_empty() {
-        return Err(BadInput(format!(
-            "--modify: the arguments do not fit {tool}'s input_schema: {}",
-            problems.join("; ")
-        ))
-        .into());
-    }
-    Ok(())
-}
-
-fn describe(r: &Resolution) -> String {
-    match r {
-        Resolution::Approve => "approved".into(),
-        Resolution::Deny { reason } => format!("denied ({reason})"),
-        Resolution::Modify { args } => format!("approved with arguments {args}"),
-        Resolution::Reply { text } => format!("replied: {text}"),
-    }
 }

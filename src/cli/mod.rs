@@ -11,9 +11,10 @@ pub mod progress;
 mod queue;
 mod runs;
 mod runs_show;
+mod serve;
 pub mod settings;
 
-pub use runs::describe_event;
+pub use runs::{describe_event, render_text};
 mod start;
 mod tools;
 
@@ -49,6 +50,13 @@ impl Exit {
         for cause in err.chain() {
             if cause.is::<SetupError>() || cause.is::<BadInput>() {
                 return Exit::BadInput;
+            }
+            if let Some(e) = cause.downcast_ref::<crate::decide::DecideError>() {
+                return if e.is_bad_input() {
+                    Exit::BadInput
+                } else {
+                    Exit::Failed
+                };
             }
             if let Some(e) = cause.downcast_ref::<StoreError>() {
                 return if e.is_bad_input() {
@@ -119,6 +127,7 @@ pub enum Command {
     #[command(long_about = None)]
     Submit(start::StartArgs),
     Worker(queue::WorkerArgs),
+    Serve(serve::ServeArgs),
     /// List and inspect runs.
     #[command(subcommand)]
     Runs(runs::RunsCmd),
@@ -225,6 +234,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         Command::Resume(args) => start::resume(&cli, args),
         Command::Submit(args) => queue::submit(&cli, args),
         Command::Worker(args) => queue::worker(&cli, args),
+        Command::Serve(args) => serve::run(&cli, args),
         Command::Runs(cmd) => runs::run(&cli, cmd),
         Command::Escalations(cmd) => escalations::run(&cli, cmd),
         Command::Tools(cmd) => tools::run(&cli, cmd),

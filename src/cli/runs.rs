@@ -454,7 +454,9 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     Ok(Exit::Completed)
 }
 
-fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
+/// The whole of `runs show` as text (the console's run page uses it with
+/// [`Style::PLAIN`]).
+pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<String> {
     let row = store.run(id)?;
     let messages = store.messages(id)?;
     let journal = store.journal(id)?;
@@ -471,7 +473,7 @@ fn render(store: &Store, id: &RunId) -> anyhow::Result<String> {
         stale: is_stale(&row),
         spend: &spend_fields(&Spent::of(store, id)),
     };
-    Ok(transcript::render(&view, Style::for_stdout()))
+    Ok(transcript::render(&view, style))
 }
 
 /// `runs show --follow`: the run so far, then its trace and the model's words as they
@@ -480,7 +482,7 @@ fn follow(store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     // Counted before the render: a line written in between may show twice, never not.
     let mut seen_events = store.events(id)?.len();
     let mut seen_seq = store.messages(id)?.last().map_or(0, |m| m.seq);
-    output::print_out(&render(store, id)?)?;
+    output::print_out(&render_text(store, id, Style::for_stdout())?)?;
     let mut printed_header = false;
     loop {
         let row = store.run(id)?;

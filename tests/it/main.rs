@@ -12,6 +12,7 @@ mod budgets;
 mod cli_ux;
 mod closed_pipes;
 mod compaction;
+mod console;
 mod core;
 mod crash;
 mod docs;

@@ -1,0 +1,286 @@
+//! The console in a real browser: headless Chromium driven through chromedriver
+//! (WebDriver). Skipped with one line when either is not installed (`.ci/run`
+//! installs Debian's `chromium` and `chromium-driver`).
+//!
+//! One browser per test (each costs a Chromium start), so each test walks a whole
+//! story: a reviewer logs in, finds the waiting run, decides, and watches it finish.
+
+use super::{
+    Console, TOKEN, XSS_QUESTION, hostile_run, open_escalations, paused_for_approval, wait_status,
+};
+use crate::common::runtime;
+use fantoccini::{Client, ClientBuilder, Locator};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// chromedriver and the browser it starts; both end when dropped.
+struct Browser {
+    driver: Child,
+    client: Option<Client>,
+}
+
+fn installed(cmd: &str) -> bool {
+    Command::new(cmd)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Browser {
+    /// `None` (after printing why) when Chromium or chromedriver is missing.
+    async fn start() -> Option<Browser> {
+        if !installed("chromedriver") || !(installed("chromium") || installed("chromium-browser")) {
+            println!("skipping browser test: chromium and chromedriver are not installed");
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn chromedriver");
+        let mut browser = Browser {
+            driver,
+            client: None,
+        };
+        let caps = serde_json::json!({"goog:chromeOptions": {"args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--window-size=1200,700"
+        ]}});
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut b =
+                ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new());
+            b.capabilities(caps.as_object().expect("object").clone());
+            match b.connect(&url).await {
+                Ok(c) => {
+                    browser.client = Some(c);
+                    return Some(browser);
+                }
+                Err(e) if Instant::now() > deadline => panic!("chromedriver did not start: {e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    fn c(&self) -> &Client {
+        self.client.as_ref().expect("client")
+    }
+
+    async fn text_of(&self, css: &str) -> String {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .expect(css)
+            .text()
+            .await
+            .expect("text")
+    }
+
+    async fn body(&self) -> String {
+        self.text_of("body").await
+    }
+
+    async fn fill(&self, css: &str, text: &str) {
+        let e = self.c().find(Locator::Css(css)).await.expect(css);
+        e.clear().await.expect("clear");
+        e.send_keys(text).await.expect("type");
+    }
+
+    async fn click(&self, css: &str) {
+        self.c()
+            .find(Locator::Css(css))
+            .await
+            .expect(css)
+            .click()
+            .await
+            .expect("click");
+    }
+
+    /// Waits (at most 20 s) until the element's text is `want`.
+    async fn wait_text(&self, css: &str, want: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(e) = self.c().find(Locator::Css(css)).await
+                && e.text().await.is_ok_and(|t| t == want)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{css} never read {want:?}: {}",
+                self.body().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn log_in(&self, base: &str) {
+        self.c().goto(&format!("{base}/")).await.expect("goto");
+        assert!(
+            self.body().await.contains("Log in"),
+            "no session, no console"
+        );
+        self.fill("input[name=token]", TOKEN).await;
+        self.click("form button[type=submit]").await;
+        self.wait_text("h1", "Queue").await;
+    }
+}
+
+impl Browser {
+    /// Ends the Chromium session (a test that fails before this still kills
+    /// chromedriver when the value drops; the session itself needs the runtime).
+    async fn close(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+#[test]
+fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_finish() {
+    runtime().block_on(async {
+        let Some(b) = Browser::start().await else {
+            return;
+        };
+        let (p, id) = paused_for_approval();
+        let console = Console::start(&p);
+        b.log_in(&console.base).await;
+        assert!(b.body().await.contains("approval_required"));
+        save_screenshot(&b.c().screenshot().await.expect("screenshot"));
+
+        b.click("a[href='/escalations/1']").await;
+        assert!(b.body().await.contains("dana@example.com"));
+        // Modify with arguments the schema refuses: the error is shown in the form.
+        b.fill("input[name=by]", "Ana Reviewer").await;
+        b.fill("textarea[name=args]", "{\"to\": 42}").await;
+        b.click("button[value=modify]").await;
+        let error = b.text_of(".error").await;
+        assert!(error.contains("do not fit send_email"), "{error}");
+        assert_eq!(open_escalations(&p).len(), 1);
+
+        // A form stripped of its CSRF token is refused.
+        b.c()
+            .execute(
+                "document.querySelector('input[name=csrf]').remove()",
+                vec![],
+            )
+            .await
+            .expect("script");
+        b.click("button[value=approve]").await;
+        assert!(b.body().await.contains("403"), "{}", b.body().await);
+        assert_eq!(open_escalations(&p).len(), 1);
+
+        // Approve and resume: the run continues in the server and the page follows it.
+        b.c()
+            .goto(&format!("{}/escalations/1", console.base))
+            .await
+            .expect("goto");
+        b.fill("input[name=by]", "Ana Reviewer").await;
+        b.click("button[value=approve_resume]").await;
+        b.wait_text("#status", "completed").await;
+        assert!(
+            b.text_of("#transcript")
+                .await
+                .contains("The email was sent.")
+        );
+        let show = wait_status(&p, &id, "completed");
+        assert_eq!(show["answer"], "The email was sent.");
+        let e = p
+            .run(&["escalations", "show", "1", "--json"])
+            .expect_code(0)
+            .json();
+        assert_eq!(e["resolved_by"], "Ana Reviewer");
+
+        // Deny on another run: the reason reaches the model.
+        let (p2, id2) = paused_for_approval();
+        let console2 = Console::start(&p2);
+        b.log_in(&console2.base).await;
+        b.c()
+            .goto(&format!("{}/escalations/1", console2.base))
+            .await
+            .expect("goto");
+        b.fill("input[name=by]", "Bo").await;
+        b.fill("input[name=reason]", "wrong customer").await;
+        b.click("button[value=deny]").await;
+        assert!(
+            b.text_of(".decision")
+                .await
+                .contains("denied (wrong customer) by Bo")
+        );
+        b.click("form.resume button").await;
+        b.wait_text("#status", "completed").await;
+        let show = wait_status(&p2, &id2, "completed");
+        let result = crate::common::tool_results(&show);
+        assert_eq!(result[0]["error"], "approval_denied");
+        b.close().await;
+    });
+}
+
+#[test]
+fn markup_from_a_tool_and_from_ask_user_runs_no_script_in_the_browser() {
+    runtime().block_on(async {
+        let Some(b) = Browser::start().await else {
+            return;
+        };
+        let (p, id) = hostile_run();
+        let console = Console::start(&p);
+        b.log_in(&console.base).await;
+        for path in [
+            "/".to_string(),
+            format!("/runs/{id}"),
+            "/escalations/1".to_string(),
+        ] {
+            b.c()
+                .goto(&format!("{}{path}", console.base))
+                .await
+                .expect("goto");
+            let title = b.c().title().await.expect("title");
+            assert!(!title.contains("pwned"), "{path}: a script ran ({title})");
+            let imgs = b.c().find_all(Locator::Css("img")).await.expect("find");
+            assert!(imgs.is_empty(), "{path}: markup became elements");
+        }
+        b.c()
+            .goto(&format!("{}/escalations/1", console.base))
+            .await
+            .expect("goto");
+        assert!(
+            b.text_of(".question").await.contains(XSS_QUESTION),
+            "shown as text"
+        );
+        b.c()
+            .goto(&format!("{}/runs/{id}", console.base))
+            .await
+            .expect("goto");
+        assert!(
+            b.text_of("#transcript")
+                .await
+                .contains("<script>document.title='pwned-tool'</script>")
+        );
+        b.close().await;
+    });
+}
+
+/// The queue page for the README: written to docs/console-queue.png when
+/// `AGENTRUN_UPDATE_SCREENSHOTS` is set, else only checked to be a PNG.
+fn save_screenshot(png: &[u8]) {
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    if std::env::var_os("AGENTRUN_UPDATE_SCREENSHOTS").is_some() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console-queue.png");
+        std::fs::write(&path, png).expect("write screenshot");
+    }
+}

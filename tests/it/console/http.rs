@@ -1,0 +1,402 @@
+//! The console over plain HTTP: authentication, CSRF, the digest binding, decisions,
+//! resume, and escaping — with a cookie-keeping client that does not follow redirects.
+
+use super::{
+    Console, TOKEN, XSS_QUESTION, XSS_TOOL, hostile_run, open_escalations, paused_for_approval,
+    wait_status,
+};
+use crate::common::runtime;
+use reqwest::StatusCode;
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+    rt: tokio::runtime::Runtime,
+}
+
+struct Page {
+    status: StatusCode,
+    body: String,
+    location: Option<String>,
+    headers: reqwest::header::HeaderMap,
+}
+
+impl Client {
+    fn new(c: &Console) -> Client {
+        Client {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("client"),
+            base: c.base.clone(),
+            cookie: None,
+            rt: runtime(),
+        }
+    }
+
+    fn send(&mut self, req: reqwest::RequestBuilder) -> Page {
+        let req = match &self.cookie {
+            Some(c) => req.header("cookie", c),
+            None => req,
+        };
+        self.rt.block_on(async {
+            let res = req.send().await.expect("request");
+            if let Some(set) = res.headers().get("set-cookie") {
+                let v = set.to_str().expect("ascii").to_string();
+                self.cookie = Some(v.split(';').next().expect("pair").to_string());
+            }
+            let status = res.status();
+            let headers = res.headers().clone();
+            let location = headers
+                .get("location")
+                .map(|l| l.to_str().expect("ascii").to_string());
+            let body = res.text().await.expect("body");
+            Page {
+                status,
+                body,
+                location,
+                headers,
+            }
+        })
+    }
+
+    fn get(&mut self, path: &str) -> Page {
+        let req = self.http.get(format!("{}{path}", self.base));
+        self.send(req)
+    }
+
+    fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+        let enc = |v: &str| {
+            percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        let body: Vec<String> = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+            .collect();
+        let req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body.join("&"));
+        self.send(req)
+    }
+
+    fn login(&mut self) {
+        let p = self.get(&format!("/login?token={TOKEN}"));
+        assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
+        let cookie = self.cookie.clone().expect("a session cookie");
+        assert!(cookie.starts_with("agentrun_session="), "{cookie}");
+    }
+}
+
+/// The value of `name="…" value="…"` in a page.
+fn field(body: &str, name: &str) -> String {
+    let at = body
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no field {name} in {body}"));
+    let rest = &body[at + name.len() + 15..];
+    rest[..rest.find('"').expect("closing quote")].to_string()
+}
+
+#[test]
+fn without_a_session_every_page_is_401_and_a_wrong_token_opens_none() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    for path in [
+        "/",
+        "/runs",
+        &format!("/runs/{id}"),
+        "/escalations/1",
+        &format!("/runs/{id}/events"),
+    ] {
+        let page = web.get(path);
+        assert_eq!(page.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(page.body.contains("Log in"), "{path}: {}", page.body);
+    }
+    let bad = web.get("/login?token=wrong-token-0123456789");
+    assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert!(web.cookie.is_none());
+    let forged = web.post(
+        "/escalations/1/decide",
+        &[("action", "approve"), ("by", "eve")],
+    );
+    assert_eq!(forged.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(open_escalations(&p).len(), 1, "nothing was decided");
+}
+
+#[test]
+fn the_session_cookie_is_httponly_samesite_strict_and_pages_carry_a_strict_csp() {
+    let (p, _id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    let login = web.get(&format!("/login?token={TOKEN}"));
+    let set = login.headers["set-cookie"].to_str().expect("ascii");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let page = web.get("/");
+    assert_eq!(page.status, StatusCode::OK);
+    let csp = page.headers["content-security-policy"]
+        .to_str()
+        .expect("ascii");
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
+    assert!(
+        !page.body.contains("onclick") && !page.body.contains("<script>"),
+        "no inline script"
+    );
+}
+
+#[test]
+fn a_post_without_the_csrf_token_is_403_and_decides_nothing() {
+    let (p, _id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get("/escalations/1");
+    let digest = field(&page.body, "digest");
+    let no_csrf = web.post(
+        "/escalations/1/decide",
+        &[("digest", &digest), ("by", "ana"), ("action", "approve")],
+    );
+    assert_eq!(no_csrf.status, StatusCode::FORBIDDEN);
+    let wrong = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", "0000"),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "approve"),
+        ],
+    );
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    assert_eq!(open_escalations(&p).len(), 1, "nothing was decided");
+}
+
+#[test]
+fn approve_and_resume_records_the_reviewer_and_the_run_completes_in_the_server() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let queue = web.get("/");
+    assert!(
+        queue.body.contains("approval_required") && queue.body.contains(&id),
+        "{}",
+        queue.body
+    );
+    let page = web.get("/escalations/1");
+    assert!(
+        page.body.contains("dana@example.com"),
+        "the call's arguments are shown"
+    );
+    let (csrf, digest) = (field(&page.body, "csrf"), field(&page.body, "digest"));
+    let done = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "Ana Reviewer"),
+            ("action", "approve_resume"),
+        ],
+    );
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.location.as_deref(),
+        Some(format!("/runs/{id}").as_str())
+    );
+    let show = wait_status(&p, &id, "completed");
+    assert_eq!(show["answer"], "The email was sent.");
+    let e = p
+        .run(&["escalations", "show", "1", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(e["resolved_by"], "Ana Reviewer");
+    assert_eq!(e["resolution"]["decision"], "approve");
+}
+
+#[test]
+fn a_form_whose_digest_no_longer_matches_is_refused() {
+    let (p, _id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get("/escalations/1");
+    let csrf = field(&page.body, "csrf");
+    let stale = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", "send_email#0123"),
+            ("by", "ana"),
+            ("action", "approve"),
+        ],
+    );
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    assert!(
+        stale.body.contains("digest no longer matches"),
+        "{}",
+        stale.body
+    );
+    assert_eq!(open_escalations(&p).len(), 1);
+}
+
+#[test]
+fn modify_with_arguments_that_break_the_schema_shows_the_error_in_the_form() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get("/escalations/1");
+    let (csrf, digest) = (field(&page.body, "csrf"), field(&page.body, "digest"));
+    let bad = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "modify"),
+            ("args", "{\"to\": 42}"),
+        ],
+    );
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(bad.body.contains("do not fit send_email"), "{}", bad.body);
+    assert!(
+        bad.body.contains("{&quot;to&quot;: 42}"),
+        "the text area keeps what was typed"
+    );
+    let not_json = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "modify"),
+            ("args", "{to:"),
+        ],
+    );
+    assert!(
+        not_json.body.contains("not valid JSON"),
+        "{}",
+        not_json.body
+    );
+    assert_eq!(open_escalations(&p).len(), 1);
+    let good = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "modify"),
+            ("args", "{\"to\": \"ops@example.com\"}"),
+        ],
+    );
+    assert_eq!(good.status, StatusCode::SEE_OTHER, "{}", good.body);
+    let resumed = web.post(&format!("/runs/{id}/resume"), &[("csrf", &csrf)]);
+    assert_eq!(resumed.status, StatusCode::SEE_OTHER, "{}", resumed.body);
+    let show = wait_status(&p, &id, "completed");
+    let result = super::super::common::tool_results(&show);
+    assert_eq!(
+        result[0]["result"]["sent"]["to"], "ops@example.com",
+        "{result:?}"
+    );
+    assert_eq!(
+        result[0]["args_modified_by_person"]["to"],
+        "ops@example.com"
+    );
+}
+
+#[test]
+fn deny_needs_a_reason_and_the_model_is_told_it() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get("/escalations/1");
+    let (csrf, digest) = (field(&page.body, "csrf"), field(&page.body, "digest"));
+    let empty = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "deny"),
+        ],
+    );
+    assert!(empty.body.contains("Deny needs a reason"), "{}", empty.body);
+    let nameless = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", " "),
+            ("action", "deny"),
+            ("reason", "no"),
+        ],
+    );
+    assert!(
+        nameless.body.contains("needs a reviewer name"),
+        "{}",
+        nameless.body
+    );
+    let denied = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "ana"),
+            ("action", "deny"),
+            ("reason", "not today"),
+        ],
+    );
+    assert_eq!(denied.status, StatusCode::SEE_OTHER);
+    web.post(&format!("/runs/{id}/resume"), &[("csrf", &csrf)]);
+    let show = wait_status(&p, &id, "completed");
+    let result = super::super::common::tool_results(&show);
+    assert_eq!(result[0]["error"], "approval_denied", "{result:?}");
+    assert!(
+        result[0]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not today"),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn markup_from_a_tool_and_from_ask_user_is_shown_as_text() {
+    let (p, id) = hostile_run();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let run = web.get(&format!("/runs/{id}"));
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;")
+            .replace('\'', "&#39;")
+    };
+    for page in [
+        &run.body,
+        &web.get("/escalations/1").body,
+        &web.get("/").body,
+    ] {
+        assert!(
+            !page.contains("<script>document") && !page.contains("<img src=x"),
+            "raw markup in {page}"
+        );
+    }
+    assert!(
+        run.body.contains(&esc("<script>document.title=")),
+        "the tool output is there, as text"
+    );
+    let e = web.get("/escalations/1");
+    assert!(e.body.contains(&esc(XSS_QUESTION)), "{}", e.body);
+    let _ = XSS_TOOL;
+}
