@@ -64,11 +64,11 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
         let bound = listener.local_addr()?;
         let (router, _app) = crate::serve::router(&opts, store);
         if given.is_some() {
-            eprintln!(
+            crate::errln!(
                 "agentrun: console at http://{bound}/ (log in with AGENTRUN_SERVE_TOKEN at http://{bound}/login)"
             );
         } else {
-            eprintln!(
+            crate::errln!(
                 "agentrun: console at http://{bound}/ — open http://{bound}/login?token={} to log in",
                 opts.token
             );
@@ -79,7 +79,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
         anyhow::Ok(())
     })?;
     if !cli.quiet {
-        eprintln!(
+        crate::errln!(
             "agentrun: console stopped; runs it was driving continue with `agentrun resume RUN_ID`"
         );
     }

@@ -90,7 +90,7 @@ fn drive(store: Arc<Store>, lease: Lease, runner: Runner) {
     drop(rt);
     if let Err(e) = &result {
         // The runner records what it can; a store error leaves the run for `resume`.
-        eprintln!("agentrun: serve: run {} stopped: {e}", lease.run);
+        crate::errln!("agentrun: serve: run {} stopped: {e}", lease.run);
     }
     let _ = store.release(&lease);
 }

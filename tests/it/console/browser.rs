@@ -8,7 +8,7 @@
 use super::{
     Console, TOKEN, XSS_QUESTION, hostile_run, open_escalations, paused_for_approval, wait_status,
 };
-use crate::common::runtime;
+use crate::common::{peer, runtime};
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,27 +19,23 @@ struct Browser {
     client: Option<Client>,
 }
 
-fn installed(cmd: &str) -> bool {
-    Command::new(cmd)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl Browser {
     /// `None` (after printing why) when Chromium or chromedriver is missing.
     async fn start() -> Option<Browser> {
-        if !installed("chromedriver") || !(installed("chromium") || installed("chromium-browser")) {
-            println!("skipping browser test: chromium and chromedriver are not installed");
-            return None;
-        }
+        let chromedriver = peer::available(
+            "Chromium and chromedriver",
+            "run .ci/run, or `apt-get install chromium chromium-driver`",
+            || {
+                let browser =
+                    peer::on_path("chromium").or_else(|| peer::on_path("chromium-browser"));
+                browser.and(peer::on_path("chromedriver"))
+            },
+        )?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        let driver = Command::new("chromedriver")
+        let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
