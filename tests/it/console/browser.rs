@@ -70,18 +70,36 @@ impl Browser {
         self.client.as_ref().expect("client")
     }
 
+    /// The text of the first element matching `css`, waiting (at most 20 s) for it to
+    /// appear: a click that submits a form returns before the next page is there.
     async fn text_of(&self, css: &str) -> String {
-        self.c()
-            .find(Locator::Css(css))
-            .await
-            .expect(css)
-            .text()
-            .await
-            .expect("text")
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(e) = self.c().find(Locator::Css(css)).await
+                && let Ok(text) = e.text().await
+            {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "no {css} appeared");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn body(&self) -> String {
         self.text_of("body").await
+    }
+
+    /// Waits (at most 20 s) until the page's text contains `needle`.
+    async fn wait_body(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.body().await.contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "{needle:?} never showed: {}",
+                self.body().await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn fill(&self, css: &str, text: &str) {
@@ -160,7 +178,8 @@ fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_fini
         save_screenshot(&b.c().screenshot().await.expect("screenshot"));
 
         b.click("a[href='/escalations/1']").await;
-        assert!(b.body().await.contains("dana@example.com"));
+        b.wait_body("Escalation 1").await;
+        assert!(b.text_of(".args").await.contains("dana@example.com"));
         // Modify with arguments the schema refuses: the error is shown in the form.
         b.fill("input[name=by]", "Ana Reviewer").await;
         b.fill("textarea[name=args]", "{\"to\": 42}").await;
@@ -178,7 +197,7 @@ fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_fini
             .await
             .expect("script");
         b.click("button[value=approve]").await;
-        assert!(b.body().await.contains("403"), "{}", b.body().await);
+        b.wait_body("403").await;
         assert_eq!(open_escalations(&p).len(), 1);
 
         // Approve and resume: the run continues in the server and the page follows it.
