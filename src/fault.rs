@@ -7,7 +7,10 @@
 //! scripted model logs every request). Release builds compile both to nothing, so
 //! production behaviour cannot be changed through the environment.
 
-/// The points a test can crash at, in the order a step reaches them.
+/// The points a test can crash at, in the order a step reaches them. Calls with
+/// hooks (issue 26) also pass `after_hook_started`, `after_hook_ran` and
+/// `after_hook_decided` (not listed here: only runs with hooks reach them;
+/// `tests/it/hooks.rs` crashes at each).
 ///
 /// `after_tool_intent` and `after_tool_effect` are reached by every tool call;
 /// `after_tool_outcome` by every call except a step's idempotent last one (whose

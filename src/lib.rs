@@ -10,6 +10,7 @@ pub mod config;
 pub mod decide;
 pub mod digest;
 pub mod fault;
+pub mod hooks;
 pub mod machine;
 pub mod model;
 pub mod net;

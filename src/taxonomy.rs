@@ -50,6 +50,8 @@ pub enum ErrorKind {
     ApprovalDenied,
     Budget,
     ToolDisabled,
+    /// A `before_tool` hook blocked the call, or failed (issue 26).
+    BlockedByHook,
     // after a crash: the call may or may not have happened
     OutcomeUnknown,
     /// A declared fallback chain in which every tool failed.
@@ -57,7 +59,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 19] = [
+    pub const ALL: [ErrorKind; 20] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::Unavailable,
@@ -75,6 +77,7 @@ impl ErrorKind {
         ErrorKind::ApprovalDenied,
         ErrorKind::Budget,
         ErrorKind::ToolDisabled,
+        ErrorKind::BlockedByHook,
         ErrorKind::OutcomeUnknown,
         ErrorKind::AllToolsFailed,
     ];
@@ -86,7 +89,9 @@ impl ErrorKind {
             InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug | Redirect
             | OutcomeUnknown | AllToolsFailed => ErrorClass::Permanent,
             SchemaViolation | UnknownTool | TooManyCalls => ErrorClass::Malformed,
-            CircuitOpen | ApprovalDenied | Budget | ToolDisabled => ErrorClass::Guard,
+            CircuitOpen | ApprovalDenied | Budget | ToolDisabled | BlockedByHook => {
+                ErrorClass::Guard
+            }
         }
     }
 
@@ -114,6 +119,7 @@ impl ErrorKind {
             ApprovalDenied => "approval_denied",
             Budget => "budget",
             ToolDisabled => "tool_disabled",
+            BlockedByHook => "blocked_by_hook",
             OutcomeUnknown => "outcome_unknown",
             AllToolsFailed => "all_tools_failed",
         }

@@ -69,6 +69,26 @@ pub enum TraceEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         at_ms: Option<i64>,
     },
+    /// A hook ran, or is about to (issue 26): stored at once, so a resumed run reuses
+    /// the decision and never runs the hook twice for the same call. `decision` is
+    /// `started` (written before the hook is spawned), `allow`, `block`, `ask` or
+    /// `failed`.
+    Hook {
+        /// `before_tool[0]`: the event and the hook's place in its list.
+        hook: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        decision: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        updated_input: Option<serde_json::Value>,
+        /// When it happened (clock ms). Not part of the event's JSON.
+        #[serde(skip)]
+        at_ms: Option<i64>,
+    },
     /// Anything else worth a line in the trace.
     Note {
         kind: NoteKind,
@@ -123,6 +143,7 @@ impl TraceEvent {
             | TraceEvent::Fallback { at_ms, .. }
             | TraceEvent::ModelRetry { at_ms, .. }
             | TraceEvent::ModelFallback { at_ms, .. }
+            | TraceEvent::Hook { at_ms, .. }
             | TraceEvent::Note { at_ms, .. } => *at_ms,
         }
     }
@@ -135,6 +156,7 @@ impl TraceEvent {
             | TraceEvent::Fallback { at_ms, .. }
             | TraceEvent::ModelRetry { at_ms, .. }
             | TraceEvent::ModelFallback { at_ms, .. }
+            | TraceEvent::Hook { at_ms, .. }
             | TraceEvent::Note { at_ms, .. } => {
                 at_ms.get_or_insert(now_ms);
             }
@@ -148,6 +170,7 @@ impl TraceEvent {
             TraceEvent::Fallback { .. } => "fallback",
             TraceEvent::ModelRetry { .. } => "model_retry",
             TraceEvent::ModelFallback { .. } => "model_fallback",
+            TraceEvent::Hook { .. } => "hook",
             TraceEvent::Note { .. } => "note",
         }
     }

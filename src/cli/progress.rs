@@ -512,7 +512,7 @@ impl Live {
             TraceEvent::ModelFallback { to, .. } => self.update(|st| {
                 st.doing = format!("asking {to} (fallback model)");
             }),
-            TraceEvent::ToolAttempt { .. } | TraceEvent::Note { .. } => {}
+            TraceEvent::ToolAttempt { .. } | TraceEvent::Note { .. } | TraceEvent::Hook { .. } => {}
         }
     }
 

@@ -125,9 +125,10 @@ pub struct RawFile {
     pub policy: Section<RawPolicy>,
     pub tools: BTreeMap<String, Section<RawTool>>,
     pub mcp: BTreeMap<String, Section<RawMcp>>,
+    pub hooks: Section<super::hooks::RawHooks>,
 }
 
-const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp"];
+const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp", "hooks"];
 
 /// Where a problem is: a top-level section or a tool.
 #[derive(Debug, Clone, Copy)]
@@ -147,6 +148,7 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
             "policy" => file.policy = read_section(value, text, Where::Section("policy"), sink),
             "tools" => read_tools(value, text, &mut file.tools, sink),
             "mcp" => read_mcp(value, text, &mut file.mcp, sink),
+            "hooks" => file.hooks = read_section(value, text, Where::Section("hooks"), sink),
             other => {
                 let at = location(text, key.span().start);
                 let hint = hint(other, TOP_KEYS);

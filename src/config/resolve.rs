@@ -51,11 +51,13 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
     }
     let mcp = super::mcp::resolve_servers(raw.mcp, &defaults, &env_defaults, &cwd, sink);
     check_fallbacks(&tools, &props, &mcp, sink);
+    let hooks = super::hooks::resolve(raw.hooks.value, &env_defaults, &cwd, sink);
     ToolsConfig {
         defaults,
         policy,
         tools,
         mcp,
+        hooks,
     }
 }
 
@@ -405,8 +407,20 @@ pub(super) fn command_spec(
 }
 
 pub(super) fn check_command(name: &str, argv: &[String], present: bool, sink: &mut Sink) {
-    let place = Where::Tool(name);
-    if present && argv.is_empty() {
+    if present {
+        check_command_at(Where::Tool(name), argv, sink);
+    } else if argv.first().is_some_and(|a| a.trim().is_empty()) {
+        sink.key(
+            Where::Tool(name),
+            "command[0]",
+            "must name a program".into(),
+        );
+    }
+}
+
+/// A `command` that is present: not empty, and naming a program.
+pub(super) fn check_command_at(place: Where<'_>, argv: &[String], sink: &mut Sink) {
+    if argv.is_empty() {
         sink.key(
             place,
             "command",

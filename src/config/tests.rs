@@ -156,6 +156,7 @@ fn design_example_parses_to_the_expected_config() {
             .map(|t| (t.name.clone(), t))
             .collect(),
         mcp: Default::default(),
+        hooks: Default::default(),
     };
     assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
 }
@@ -502,5 +503,53 @@ fn load_reports_a_missing_file() {
     assert_eq!(
         errs.0[0].to_string(),
         "/nonexistent/tools.toml: no such file; `agentrun init` writes a starter, or pass --tools PATH"
+    );
+}
+
+#[test]
+fn hooks_resolve_with_their_defaults_and_patterns() {
+    use super::hooks::{HookEvent, OnHookError};
+    let cfg = parse_ok(
+        "[defaults]\nenv = [\"HOME_DIR\"]\n[hooks]\nbefore_tool = [{ command = [\"python3\", \"h.py\"], tools = [\"send_*\"], timeout = \"2s\" }]\nrun_end = [{ command = [\"./end.sh\"], on_error = \"allow\" }]\n",
+    );
+    let before: Vec<_> = cfg
+        .hooks
+        .for_event(HookEvent::BeforeTool, Some("send_email"))
+        .collect();
+    assert_eq!(before.len(), 1);
+    let (_, hook) = before[0];
+    assert_eq!(
+        (
+            hook.timeout,
+            hook.on_error,
+            hook.command.env.clone(),
+            hook.command.cwd.clone()
+        ),
+        (
+            std::time::Duration::from_secs(2),
+            OnHookError::Block,
+            vec!["HOME_DIR".to_string()],
+            std::path::PathBuf::from("conf")
+        )
+    );
+    assert_eq!(
+        cfg.hooks
+            .for_event(HookEvent::BeforeTool, Some("lookup"))
+            .count(),
+        0
+    );
+    let end: Vec<_> = cfg.hooks.for_event(HookEvent::RunEnd, None).collect();
+    assert_eq!(end[0].1.on_error, OnHookError::Allow);
+}
+
+#[test]
+fn each_hook_defect_names_the_hook() {
+    assert_errors(
+        "[hooks]\nbefore_tool = [{ command = [], timeout = \"soon\", on_error = \"maybe\" }]\n",
+        &[
+            "tools.toml: hooks.before_tool[0].command: must not be empty (an argv such as [\"python3\", \"tool.py\"])",
+            "tools.toml: hooks.before_tool[0].timeout: bad duration \"soon\": expected number at 0",
+            "tools.toml: hooks.before_tool[0].on_error: must be \"block\" (the default) or \"allow\", not \"maybe\"",
+        ],
     );
 }

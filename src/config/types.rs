@@ -190,6 +190,8 @@ pub struct ToolsConfig {
     pub tools: BTreeMap<String, ToolDef>,
     /// MCP servers; their tools join `tools` once discovered (`tools::mcp`).
     pub mcp: BTreeMap<String, McpServer>,
+    /// `[hooks]` (issue 26).
+    pub hooks: super::hooks::Hooks,
 }
 
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;

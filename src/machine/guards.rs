@@ -46,7 +46,7 @@ impl Guards for RunGuards<'_> {
 }
 
 /// Approval for exactly this tool and these arguments (their digest), for this call.
-fn approval_gate(decision: Option<&EscalationRow>, tool: &str, args: &Value) -> Gate {
+pub(crate) fn approval_gate(decision: Option<&EscalationRow>, tool: &str, args: &Value) -> Gate {
     let Some((d, Facts::ApprovalRequired(facts))) = decision.map(|d| (d, &d.detail.facts)) else {
         return Gate::Pause;
     };

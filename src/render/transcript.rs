@@ -473,6 +473,28 @@ pub fn describe_event(e: &TraceEvent) -> String {
             format!("model fallback: {from} failed ({error}), trying {to}")
         }
         TraceEvent::Note { kind, message, .. } => format!("{}: {message}", kind.as_str()),
+        TraceEvent::Hook {
+            hook,
+            tool,
+            decision,
+            reason,
+            updated_input,
+            ..
+        } => {
+            let on = tool
+                .as_deref()
+                .map(|t| format!(" on {t}"))
+                .unwrap_or_default();
+            let why = reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default();
+            let input = updated_input
+                .as_ref()
+                .map(|v| format!(" (input rewritten to {v})"))
+                .unwrap_or_default();
+            format!("hook {hook}{on}: {decision}{why}{input}")
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! checkpoint and asks for each step's stored response, journal and decisions before
 //! it asks the model or runs a tool.
 
+mod hooks;
 pub mod observe;
 
 use crate::clock::Clock;
@@ -143,7 +144,21 @@ impl Runner {
             match effect {
                 // The machine stops only once no call runs; should one still run, let
                 // it finish (and be journaled) rather than abandon it mid-effect.
-                Effect::Stop(stop) if running.is_empty() => return Ok(d.outcome(&machine, stop)),
+                Effect::Stop(stop) if running.is_empty() => {
+                    // A run that ends (not one pausing for a person) tells `run_end`.
+                    if matches!(
+                        stop.status,
+                        RunStatus::Completed | RunStatus::Failed | RunStatus::BudgetExhausted
+                    ) {
+                        let reason = match &stop.reason {
+                            StopReason::Text(t) => Some(t.as_str()),
+                            _ => None,
+                        };
+                        d.run_end(machine.state().steps, stop.status.as_str(), reason)
+                            .await;
+                    }
+                    return Ok(d.outcome(&machine, stop));
+                }
                 Effect::Stop(stop) => {
                     pending.push_front(Effect::Stop(stop));
                     let event = next_finished(&mut running).await;
@@ -384,6 +399,17 @@ impl Drive<'_> {
                 max_cost: r.resolved.snapshot.settings.max_cost,
             });
         }
+        if purpose == Purpose::Step && ask.after_cut.is_none() {
+            match self.before_model(ask.step).await {
+                Ok(None) => {}
+                Ok(Some(blocked)) => return Event::ModelFailed(blocked),
+                Err(e) => {
+                    return Event::ModelFailed(format!(
+                        "a hook's decision could not be journaled: {e}"
+                    ));
+                }
+            }
+        }
         match self.call_models(&req).await {
             Ok(resp) => Event::ModelReplied(resp),
             Err(e) => Event::ModelFailed(e.to_string()),
@@ -410,7 +436,7 @@ impl Drive<'_> {
 
     /// Runs a call through the recovery chain, gated by the step's pending state as of
     /// the call's start (`guard`).
-    async fn run_call(&self, guard: LoopState, call: RunCall) -> Event {
+    async fn run_call(&self, guard: LoopState, mut call: RunCall) -> Event {
         let r = self.runner;
         fault::point("after_tool_intent");
         r.observer.call_started(&call.tool, call.max_attempts);
@@ -427,6 +453,19 @@ impl Drive<'_> {
             events: &self.events,
             mcp: r.resolved.mcp.as_deref(),
         };
+        // The `before_tool` hooks decide first (issue 26); a fallback hop a person
+        // approved has had its say.
+        if call.approved_hop.is_none() {
+            match self.before_tool(&call, &ctx).await {
+                Ok(args) => call.args = args,
+                Err(execution) => {
+                    return Event::CallRan {
+                        call_id: call.call_id,
+                        execution,
+                    };
+                }
+            }
+        }
         let (tools, prompts) = (&r.resolved.tools, &r.resolved.snapshot.prompts);
         let execution = match &call.approved_hop {
             Some((hop, args)) => Execution::Done(
@@ -444,11 +483,12 @@ impl Drive<'_> {
                     &guards,
                     &call.call_id,
                     &call.tool,
-                    call.args,
+                    call.args.clone(),
                 );
                 recovery::drive(chain, &ctx).await
             }
         };
+        let execution = self.after_tool(&call, &ctx, execution).await;
         fault::point("after_tool_effect");
         Event::CallRan {
             call_id: call.call_id,

@@ -209,6 +209,8 @@ delegate! {
     /// Hands the run's journal to `f` one call at a time, in call order.
     fn each_journal_entry<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(JournalEntry) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
     fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>>;
+    /// The trace events stored under one step (the hooks' decisions, issue 26).
+    fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>>;
     /// Hands the run's trace to `f` one event at a time, in order.
     fn each_event<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredEvent) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
     /// Queues an escalation; pausing the run and clearing a blocked call's start mark.

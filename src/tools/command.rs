@@ -45,24 +45,80 @@ pub async fn run(
 ) -> AttemptResult {
     let (mut cmd, secrets) = build(spec, ctx)?;
     descendants::become_subreaper();
-    let result = run_child(&mut cmd, spec, def, args, ctx.key).await;
+    let run = Run {
+        name: &def.name,
+        timeout: def.retry.timeout,
+        input: args.to_string(),
+    };
+    let result = run_child(&mut cmd, spec, run, ctx.key)
+        .await
+        .and_then(|(status, out, err)| classify(&def.name, status, &out, &err));
     super::redacted(result, &secrets)
+}
+
+/// How a hook ended (issue 26): its exit code (`None`: killed by a signal), stdout
+/// and stderr, secrets redacted. The hook decides what the code means.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookExit {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a hook exactly as a command tool attempt is run — the same spawn, environment
+/// allow-list, process group, timeout and cleanup — with `input` on stdin. A timeout
+/// or a failure to start is the error.
+pub async fn run_hook(
+    spec: &CommandSpec,
+    name: &str,
+    timeout: Duration,
+    input: &Value,
+    ctx: &CallContext<'_>,
+) -> Result<HookExit, ToolError> {
+    let (mut cmd, secrets) = build(spec, ctx)?;
+    descendants::become_subreaper();
+    let run = Run {
+        name,
+        timeout,
+        input: input.to_string(),
+    };
+    let (status, out, err) = run_child(&mut cmd, spec, run, ctx.key)
+        .await
+        .map_err(|mut e| {
+            e.message = secrets.text(&e.message);
+            e
+        })?;
+    Ok(HookExit {
+        code: status.code(),
+        stdout: secrets.text(&out.text()),
+        stderr: secrets.text(&tail(&err.text(), STDERR_TAIL)),
+    })
+}
+
+/// One child to run: whose it is (for messages), its time limit and its stdin.
+struct Run<'a> {
+    name: &'a str,
+    timeout: Duration,
+    input: String,
 }
 
 async fn run_child(
     cmd: &mut tokio::process::Command,
     spec: &CommandSpec,
-    def: &ToolDef,
-    args: &Value,
+    run: Run<'_>,
     key: &str,
-) -> AttemptResult {
+) -> Result<(ExitStatus, Captured, Captured), ToolError> {
+    let Run {
+        name,
+        timeout,
+        input,
+    } = run;
     let mut child = cmd.spawn().map_err(|e| {
-        let msg = format!("{}: cannot start `{}`: {e}", def.name, spec.argv[0]);
+        let msg = format!("{name}: cannot start `{}`: {e}", spec.argv[0]);
         ToolError::new(ErrorKind::ToolBug, msg)
     })?;
     // The child leads its own group (process_group(0)), so its pid is the group id.
     let mut leftovers = Leftovers::new(child.id(), key);
-    let input = args.to_string();
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -93,12 +149,12 @@ async fn run_child(
     };
     // Bind first: the borrows of `child` and `leftovers` inside `work` must end before
     // the timeout branch uses them again.
-    let finished = tokio::time::timeout(def.retry.timeout, work).await;
+    let finished = tokio::time::timeout(timeout, work).await;
     match finished {
-        Ok((out, err, Ok(status))) => classify(&def.name, status, &out, &err),
+        Ok((out, err, Ok(status))) => Ok((status, out, err)),
         Ok((_, _, Err(e))) => Err(ToolError::new(
             ErrorKind::ToolBug,
-            format!("{}: wait failed: {e}", def.name),
+            format!("{name}: wait failed: {e}"),
         )),
         Err(_) => {
             // Everything the tool started goes, `setsid` escapees and daemons whose
@@ -108,10 +164,10 @@ async fn run_child(
             // their subreaper), and so on down the tree.
             let _ = child.wait().await;
             descendants::reap(&killed);
-            let limit = humantime::format_duration(def.retry.timeout);
+            let limit = humantime::format_duration(timeout);
             Err(ToolError::new(
                 ErrorKind::Timeout,
-                format!("{} exceeded {limit}", def.name),
+                format!("{name} exceeded {limit}"),
             ))
         }
     }

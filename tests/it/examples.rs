@@ -165,3 +165,22 @@ fn a_structured_answer_is_corrected_and_printed_as_json() {
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(notes[0].1.contains("at /on_time"), "{notes:?}");
 }
+
+#[test]
+fn a_hook_refuses_a_large_refund_and_normalises_the_next_one() {
+    let ex = Example::new();
+    let (code, v) = ex.start("hooks");
+    assert_eq!(code, 0, "{v}");
+    let r = tool_results(&ex.show(&v));
+    assert_eq!(r[0]["error"], "blocked_by_hook");
+    assert!(
+        r[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refunds over 100 need a manager")
+    );
+    assert_eq!(
+        r[1]["refunded"],
+        json!({"order_id": "ORD-1001", "amount": 100})
+    );
+}

@@ -22,6 +22,7 @@ mod first_hour;
 mod golden;
 mod handover;
 mod help;
+mod hooks;
 mod lease;
 mod mcp;
 mod models_e2e;

@@ -349,6 +349,18 @@ impl PgStore {
         Ok(())
     }
 
+    pub fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>> {
+        let id = run.clone();
+        let step = i64::from(step);
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT step, at, data FROM events WHERE run_id = $1 AND step = $2 ORDER BY id",
+                &[&id.0, &step],
+            )
+        })?;
+        rows.iter().map(|row| event_row(run, row)).collect()
+    }
+
     pub fn events(&self, run: &RunId) -> Result<Vec<StoredEvent>> {
         let id = run.clone();
         let rows = self.read(move |r| {

@@ -444,3 +444,20 @@ impl SqliteStore {
         Ok(())
     }
 }
+
+impl SqliteStore {
+    /// The trace events stored under one step, in order: where a resumed run finds the
+    /// hooks' decisions for the step's calls (issue 26).
+    pub fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT step, at, data FROM events WHERE run_id = ?1 AND step = ?2 ORDER BY id",
+        )?;
+        let mut rows = stmt.query(params![run.0, step])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            out.push(event_row(run, r)?);
+        }
+        Ok(out)
+    }
+}
