@@ -1,6 +1,6 @@
 //! The agentrun binary: parse arguments, run, map the result to an exit code.
 
-use agentrun::cli::{self, Exit};
+use agentrun::cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -8,13 +8,10 @@ fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return ExitCode::from(code as u8),
     };
+    let json = parsed.json;
     let code = match cli::run(parsed) {
         Ok(exit) => exit,
-        Err(err) => {
-            // One line per cause, outermost first: "file: problem".
-            agentrun::errln!("agentrun: {err:#}");
-            Exit::for_error(&err)
-        }
+        Err(err) => cli::report_error(&err, json),
     };
     ExitCode::from(code as u8)
 }

@@ -190,11 +190,62 @@ pub fn parse() -> Result<Cli, Exit> {
         err.exit();
     }
     let text = err.render().to_string();
-    crate::errln!(
-        "agentrun: {}",
-        text.strip_prefix("error: ").unwrap_or(&text).trim_end()
-    );
+    let text = text.strip_prefix("error: ").unwrap_or(&text).trim_end();
+    crate::errln!("agentrun: {text}");
+    if wants_json(std::env::args_os()) {
+        let first = text.lines().next().unwrap_or_default();
+        let _ = output::print_json(&error_json(FailureKind::Usage, first));
+    }
     Err(Exit::BadInput)
+}
+
+/// Whether `--json` is among the arguments (before a `--`), for errors clap reports
+/// before there is a parsed command line to ask.
+fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    args.skip(1).take_while(|a| a != "--").any(|a| a == "--json")
+}
+
+/// What kind of error ended a command before (or instead of) its output: the `kind` of
+/// the `--json` error object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The command line itself (unknown option, missing argument): exit 2.
+    Usage,
+    /// A file, setting or value the user gave: exit 2.
+    BadInput,
+    /// Anything else (the database, the network, a bug): exit 1.
+    Failed,
+}
+
+impl FailureKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Usage => "usage",
+            FailureKind::BadInput => "bad_input",
+            FailureKind::Failed => "failed",
+        }
+    }
+}
+
+/// `{"error": {"kind", "message"}}`: what `--json` prints when a command fails before
+/// its own object (issue 27: `--json` promises exactly one JSON object).
+fn error_json(kind: FailureKind, message: &str) -> serde_json::Value {
+    serde_json::json!({"error": {"kind": kind.as_str(), "message": message}})
+}
+
+/// Says why a command failed — one line on stderr, one cause after another ("file:
+/// problem"), and with `--json` the error object on stdout — and returns its exit code.
+pub fn report_error(err: &anyhow::Error, json: bool) -> Exit {
+    crate::errln!("agentrun: {err:#}");
+    let exit = Exit::for_error(err);
+    if json && !out::stdout_written() {
+        let kind = match exit {
+            Exit::BadInput => FailureKind::BadInput,
+            _ => FailureKind::Failed,
+        };
+        let _ = output::print_json(&error_json(kind, &format!("{err:#}")));
+    }
+    exit
 }
 
 impl Cli {

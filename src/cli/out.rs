@@ -10,6 +10,7 @@ use std::io::{self, ErrorKind, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+static STDOUT_WRITTEN: AtomicBool = AtomicBool::new(false);
 static STDERR_CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Standard output, quiet once its reader has gone.
@@ -33,6 +34,12 @@ pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 
+/// Whether anything was written to stdout (an error after a command's own `--json`
+/// object must not add a second one).
+pub fn stdout_written() -> bool {
+    STDOUT_WRITTEN.load(Ordering::Relaxed)
+}
+
 /// `result`, or `instead` when it is a write to a closed pipe (remembered in `closed`).
 fn quiet<T>(closed: &AtomicBool, result: io::Result<T>, instead: T) -> io::Result<T> {
     match result {
@@ -47,6 +54,7 @@ fn quiet<T>(closed: &AtomicBool, result: io::Result<T>, instead: T) -> io::Resul
 #[allow(clippy::disallowed_methods)] // the one place that writes to the real streams
 impl Write for Stdout {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        STDOUT_WRITTEN.store(true, Ordering::Relaxed);
         if stdout_closed() {
             return Ok(buf.len());
         }

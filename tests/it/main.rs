@@ -26,6 +26,7 @@ mod hooks;
 mod lease;
 mod mcp;
 mod models_e2e;
+mod newcomer;
 mod parallel;
 mod pg;
 mod providers;
