@@ -126,11 +126,19 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         None => task.models.clone(),
     };
     if models.is_empty() {
+        // A --prompt task has no front matter to point to (issue 27).
+        let front_matter = if task.path == std::path::Path::new("(prompt)") {
+            ""
+        } else {
+            "set `model = \"openai:gpt-4o-mini\"` in the front matter, "
+        };
         return Err(SetupError::Input {
             path: task.path.display().to_string(),
-            message: "no model: set `model = \"openai:gpt-4o-mini\"` (or anthropic:…, script:…) \
-                      in the front matter, or pass --model"
-                .into(),
+            message: format!(
+                "no model: {front_matter}pass --model openai:gpt-4o-mini (or anthropic:…, \
+                 script:…), or set a default with AGENTRUN_MODEL or `model` in \
+                 .agentrun/config.toml"
+            ),
         });
     }
     if task.output.is_some() && cfg.tools.contains_key(crate::model::output::ANSWER_TOOL) {

@@ -205,14 +205,14 @@ fn type_name(v: &toml::Value) -> &'static str {
 
 /// Unknown keys and wrong types, each named, before serde sees the text.
 fn check_keys(text: &str) -> Result<(), String> {
-    let table: toml::Table =
-        toml::from_str(text).map_err(|e| format!("front matter: {}", one_line(e.message())))?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
     for (key, v) in &table {
         let Some((_, kind)) = KEYS.iter().find(|(k, _)| k == key) else {
+            // The same help as tools.toml gives for its keys (issue 27).
             let names: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
             return Err(format!(
-                "front matter: unknown key `{key}` (the keys are {})",
-                names.join(", ")
+                "front matter: unknown key `{key}`; {}",
+                crate::config::key_hint(key, &names)
             ));
         };
         if !kind.fits(v) {
@@ -359,6 +359,20 @@ fn looks_like_yaml_front_matter(text: &str) -> bool {
     }) && text.lines().skip(1).any(|l| l.trim_end() == "---")
 }
 
+/// A TOML syntax error in the front matter, with its line in the task file (the
+/// front matter starts on line 2, after the opening `+++`): `model = script:x.json`
+/// unquoted is found at once in a long file (issue 27).
+fn syntax_error(front: &str, e: &toml::de::Error) -> String {
+    let message = one_line(e.message());
+    match e.span() {
+        Some(span) => {
+            let line = front[..span.start.min(front.len())].matches('\n').count() + 2;
+            format!("front matter: line {line}: {message}")
+        }
+        None => format!("front matter: {message}"),
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -414,7 +428,21 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus` (the keys are model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price, output_schema, output_attempts)"
+            "t.md: front matter: unknown key `bogus`; expected one of: model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price, output_schema, output_attempts"
+        );
+    }
+
+    /// Issue 27: a near miss gets "did you mean", as tools.toml keys do; a syntax
+    /// error gets its line in the task file.
+    #[test]
+    fn a_typo_gets_a_suggestion_and_a_syntax_error_its_line() {
+        assert_eq!(
+            parse_str("+++\ntool = [\"x\"]\n+++\nx").unwrap_err(),
+            "t.md: front matter: unknown key `tool`; did you mean `tools`?"
+        );
+        assert_eq!(
+            parse_str("+++\nmax_steps = 3\nmodel = script:x.json\n+++\nx").unwrap_err(),
+            "t.md: front matter: line 3: string values must be quoted, expected literal string"
         );
     }
 

@@ -3,11 +3,13 @@
 use super::{BadInput, Cli, Exit, open_store, output};
 use crate::decide::{self, allowed, describe};
 use crate::render::handover;
+use crate::render::table::{Column, Row, aligned};
 use crate::store::{EscalationId, EscalationRow, Facts, Resolution, Store};
 use crate::timefmt::{age, rfc3339};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use std::fmt::Write;
+use std::path::Path;
 
 #[derive(Debug, Subcommand)]
 pub enum EscalationsCmd {
@@ -73,9 +75,21 @@ pub struct ResolveArgs {
 }
 
 pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
-    let store = open_store(&cli.db_path(), false)?;
+    let db = cli.db_path();
+    // As `runs list`: the default database not existing yet just means nothing yet
+    // (issue 27); a missing file named by --db / AGENTRUN_DB is an error in both.
+    if let EscalationsCmd::List { all } = cmd
+        && !cli.settings.db_chosen
+        && !db.exists()
+    {
+        return print_list(cli, &[], *all, &db);
+    }
+    let store = open_store(&db, false)?;
     match cmd {
-        EscalationsCmd::List { all } => list(cli, &store, *all),
+        EscalationsCmd::List { all } => {
+            let rows = store.list_escalations(*all)?;
+            print_list(cli, &rows, *all, &db)
+        }
         EscalationsCmd::Show { id } => show(cli, &store, *id),
         EscalationsCmd::Resolve(args) => resolve(cli, &store, args),
     }
@@ -92,35 +106,50 @@ pub fn summary_json(e: &EscalationRow) -> Value {
     })
 }
 
-fn list(cli: &Cli, store: &Store, all: bool) -> anyhow::Result<Exit> {
-    let rows = store.list_escalations(all)?;
+fn print_list(cli: &Cli, rows: &[EscalationRow], all: bool, db: &Path) -> anyhow::Result<Exit> {
     let mut o = String::new();
     if cli.json {
         output::print_json(&rows.iter().map(summary_json).collect())?;
         return Ok(Exit::Completed);
     }
     if rows.is_empty() {
-        writeln!(o, "no {}escalations", if all { "" } else { "open " })?;
-        output::print_out(&o)?;
+        // A note for the person, on stderr, so `escalations list | wc -l` counts
+        // escalations (as `runs list` does).
+        crate::errln!(
+            "no {}escalations in {}",
+            if all { "" } else { "open " },
+            db.display()
+        );
         return Ok(Exit::Completed);
     }
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    writeln!(
-        o,
-        "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  SUMMARY",
-        "ID", "RUN", "KIND", "STATUS", "AGE"
-    )?;
-    for e in &rows {
-        writeln!(
-            o,
-            "{:>4}  {:<12}  {:<17}  {:<8}  {:>4}  {}",
-            e.id,
-            e.run_id.as_str(),
-            e.kind.as_str(),
-            if e.open { "open" } else { "resolved" },
-            age(now, e.created_at),
-            e.summary
-        )?;
+    let table: Vec<Row<'_>> = rows
+        .iter()
+        .map(|e| Row {
+            cells: vec![
+                e.id.to_string(),
+                e.run_id.to_string(),
+                e.kind.as_str().to_string(),
+                if e.open { "open" } else { "resolved" }.to_string(),
+                age(now, e.created_at),
+            ],
+            text: e.summary.lines().next().unwrap_or(""),
+        })
+        .collect();
+    let columns = [
+        Column::right("ID"),
+        Column::left("RUN"),
+        Column::left("KIND"),
+        Column::left("STATUS"),
+        Column::right("AGE"),
+    ];
+    let style = crate::render::Style::for_stdout();
+    for (i, line) in aligned(&columns, "SUMMARY", &table, output::stdout_width())
+        .into_iter()
+        .enumerate()
+    {
+        let line = if i == 0 { style.bold(&line) } else { line };
+        writeln!(o, "{line}")?;
     }
     output::print_out(&o)?;
     Ok(Exit::Completed)

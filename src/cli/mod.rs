@@ -123,8 +123,8 @@ pub enum Command {
     Start(start::StartArgs),
     Resume(start::ResumeArgs),
     /// Queue a run for the workers: check and snapshot everything as `start` does,
-    /// record the run as `queued`, print its id (issue 17).
-    #[command(long_about = None)]
+    /// record the run as `queued`, print its id.
+    #[command(long_about = SUBMIT_HELP)]
     Submit(start::StartArgs),
     Worker(queue::WorkerArgs),
     Serve(serve::ServeArgs),
@@ -143,6 +143,17 @@ pub enum Command {
 }
 
 pub use settings::DEFAULT_DB;
+
+/// `submit --help` (its arguments are `start`'s, whose doc comment would say "start").
+const SUBMIT_HELP: &str = "\
+Queue a run for the workers: check and snapshot everything as `start` does (a bad task
+or tools.toml exits 2 and writes nothing), record the run as `queued`, and print its
+id. `agentrun worker` drives it, on this machine or any other sharing the database.
+
+Examples:
+  agentrun submit examples/quickstart/task.md      # prints the run's id
+  agentrun worker --until-idle                     # drive every queued run, then exit
+  agentrun runs show RUN_ID";
 
 /// The global options, described once (top-level help and man page).
 const GLOBAL_HELP: &str = "\
@@ -202,7 +213,9 @@ pub fn parse() -> Result<Cli, Exit> {
 /// Whether `--json` is among the arguments (before a `--`), for errors clap reports
 /// before there is a parsed command line to ask.
 fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
-    args.skip(1).take_while(|a| a != "--").any(|a| a == "--json")
+    args.skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
 }
 
 /// What kind of error ended a command before (or instead of) its output: the `kind` of

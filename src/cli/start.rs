@@ -48,7 +48,9 @@ pub struct StartArgs {
     /// Token budget, input + output [default: front matter, else 200000]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
-    /// Money budget in USD for the whole run, from the model's price (README "Models")
+    /// Money budget in USD for the whole run, counted from each response's tokens at the
+    /// model's list price (built in for OpenAI and Claude models; `price` in the front
+    /// matter sets it)
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
     /// Time budget for the whole run, e.g. 30m: time it is driven, across resumes
@@ -82,7 +84,9 @@ pub struct ResumeArgs {
     /// New token budget for the whole run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tokens: Option<u64>,
-    /// Money budget in USD for the whole run, from the model's price (README "Models")
+    /// Money budget in USD for the whole run, counted from each response's tokens at the
+    /// model's list price (built in for OpenAI and Claude models; `price` in the front
+    /// matter sets it)
     #[arg(long, value_name = "USD")]
     pub max_cost: Option<f64>,
     /// Time budget for the whole run, e.g. 30m: time it is driven, across resumes

@@ -10,6 +10,7 @@ pub mod hooks;
 mod mcp;
 pub mod preflight;
 mod raw;
+pub(crate) use raw::hint as key_hint;
 mod resolve;
 pub mod types;
 pub mod validate;

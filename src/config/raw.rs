@@ -300,7 +300,7 @@ fn key_at(table: &DeTable<'_>, span: &Range<usize>) -> Option<String> {
 }
 
 /// "did you mean" for a near miss, else the full list of keys.
-fn hint(name: &str, known: &[&str]) -> String {
+pub(crate) fn hint(name: &str, known: &[&str]) -> String {
     let close = known
         .iter()
         .map(|k| (edit_distance(name, k), *k))

@@ -1,13 +1,13 @@
-//! `runs list` as an aligned table: columns sized to their widest cell by display
-//! width, the task's first line cut to what is left of an 100-column line.
+//! `runs list` and `escalations list` as aligned tables: columns sized to their widest
+//! cell by display width, the last column's text cut to what is left of the line.
 
 use super::Style;
-use super::text::{pad, pad_left, truncate, width};
+use super::text::{pad, pad_left, truncate};
 use crate::records::RunRow;
 use crate::timefmt::age;
 
 /// The task column never gets less than this, even on a narrow terminal.
-const MIN_TASK: usize = 20;
+const MIN_TASK: usize = 10;
 /// Line width the table aims for when the terminal's is unknown (long enough for a
 /// useful task line, short enough for a split pane).
 pub const LINE: usize = 100;
@@ -26,10 +26,10 @@ pub struct TableOptions<'a> {
 /// The table, header first, one line per run.
 pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     let (now_ms, style) = (opts.now_ms, opts.style);
-    let rows: Vec<[String; 5]> = runs
+    let rows: Vec<Row<'_>> = runs
         .iter()
-        .map(|r| {
-            [
+        .map(|r| Row {
+            cells: vec![
                 r.id.to_string(),
                 match (&r.worker, r.status) {
                     _ if (opts.stale)(r) => "stale".to_string(),
@@ -40,56 +40,98 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
                 r.steps.to_string(),
                 (r.input_tokens + r.output_tokens).to_string(),
                 age(now_ms, r.created_at),
-            ]
+            ],
+            text: r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or(""),
         })
         .collect();
-    let header = ["ID", "STATUS", "STEPS", "TOKENS", "AGE"];
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| {
+    let columns = [
+        Column::left("ID"),
+        Column::left("STATUS"),
+        Column::right("STEPS"),
+        Column::right("TOKENS"),
+        Column::right("AGE"),
+    ];
+    let lines = aligned(&columns, "TASK", &rows, opts.width);
+    let mut out = String::new();
+    for (i, mut text) in lines.into_iter().enumerate() {
+        if i == 0 {
+            text = style.bold(&text);
+        } else if style.enabled && rows[i - 1].cells[1] != "stale" {
+            // Colour after padding, so escape codes never count as columns.
+            let status = runs[i - 1].status;
+            text = text.replacen(status.as_str(), &style.status(status), 1);
+        }
+        out.push_str(&text);
+        out.push('\n');
+    }
+    out
+}
+
+/// A column of an [`aligned`] table.
+pub struct Column {
+    pub name: &'static str,
+    /// Numbers right-aligned, words left-aligned.
+    pub right: bool,
+}
+
+impl Column {
+    pub fn left(name: &'static str) -> Column {
+        Column { name, right: false }
+    }
+
+    pub fn right(name: &'static str) -> Column {
+        Column { name, right: true }
+    }
+}
+
+/// One line of an [`aligned`] table: its cells and the free text at the end.
+pub struct Row<'a> {
+    pub cells: Vec<String>,
+    pub text: &'a str,
+}
+
+/// Lines of a table, header first: each column as wide as its widest cell (by display
+/// width, so the header lines up with every row), two spaces between, and the last
+/// column (`last`, free text) cut to what is left of `width` columns — never below
+/// [`MIN_TASK`]. `runs list` and `escalations list` share it (issue 27).
+pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -> Vec<String> {
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
             rows.iter()
-                .map(|r| width(&r[i]))
-                .chain([width(header[i])])
+                .filter_map(|r| r.cells.get(i))
+                .map(|cell| super::text::width(cell))
+                .chain([super::text::width(c.name)])
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let used: usize = widths.iter().sum::<usize>() + 2 * widths.len();
-    let task_cols = opts.width.saturating_sub(used).max(MIN_TASK);
-    let mut out = line(&header.map(String::from), &widths, "TASK", |s| {
-        style.bold(s)
-    });
-    for (r, cells) in runs.iter().zip(&rows) {
-        let stale = cells[1] == "stale";
-        let first = r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-        let mut text = line(cells, &widths, &truncate(first.trim(), task_cols), |s| {
-            s.to_string()
-        });
-        if style.enabled && !stale {
-            // Colour after padding, so escape codes never count as columns.
-            text = text.replacen(r.status.as_str(), &style.status(r.status), 1);
-        }
-        out.push_str(&text);
-    }
-    out
+    let text_cols = width.saturating_sub(used).max(MIN_TASK);
+    let header: Vec<String> = columns.iter().map(|c| c.name.to_string()).collect();
+    std::iter::once(line(columns, &header, &widths, last))
+        .chain(rows.iter().map(|r| {
+            line(
+                columns,
+                &r.cells,
+                &widths,
+                &truncate(r.text.trim(), text_cols),
+            )
+        }))
+        .collect()
 }
 
-fn line(
-    cells: &[String; 5],
-    widths: &[usize],
-    task: &str,
-    paint: impl Fn(&str) -> String,
-) -> String {
+fn line(columns: &[Column], cells: &[String], widths: &[usize], text: &str) -> String {
     let mut s = String::new();
-    for (i, cell) in cells.iter().enumerate() {
-        // Numbers right-aligned, words left-aligned.
-        let padded = if (2..=4).contains(&i) {
-            pad_left(cell, widths[i])
+    for ((column, cell), cols) in columns.iter().zip(cells).zip(widths) {
+        if column.right {
+            s.push_str(&pad_left(cell, *cols));
         } else {
-            pad(cell, widths[i])
-        };
-        s.push_str(&paint(&padded));
+            s.push_str(&pad(cell, *cols));
+        }
         s.push_str("  ");
     }
-    s.push_str(&paint(task));
-    format!("{}\n", s.trim_end())
+    s.push_str(text);
+    s.trim_end().to_string()
 }

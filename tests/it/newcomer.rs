@@ -47,3 +47,132 @@ fn json_prints_an_error_object_when_a_command_fails_before_its_output() {
     r.expect_code(2);
     assert_eq!(r.json()["ok"], false, "{r}");
 }
+
+/// `escalations list` and `runs list` agree where no run was ever started: a note on
+/// stderr naming the database, exit 0, and `[]` with --json (issue 27: escalations
+/// exited 2 with "no such file").
+#[test]
+fn both_lists_say_nothing_yet_the_same_way_without_a_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str]| {
+        Run::from_output(
+            std::process::Command::new(crate::common::bin())
+                .current_dir(dir.path())
+                .env_remove("AGENTRUN_DB")
+                .env_remove("AGENTRUN_CONFIG")
+                .args(args)
+                .output()
+                .expect("spawn agentrun"),
+        )
+    };
+    for (list, note) in [
+        ("runs", "no runs yet in .agentrun/agentrun.db"),
+        (
+            "escalations",
+            "no open escalations in .agentrun/agentrun.db",
+        ),
+    ] {
+        let r = run(&[list, "list"]);
+        r.expect_code(0);
+        assert_eq!(r.stdout, "", "{r}");
+        assert!(r.stderr.starts_with(note), "{r}");
+        let r = run(&[list, "list", "--json"]);
+        r.expect_code(0);
+        assert_eq!(r.json(), json!([]), "{r}");
+    }
+    assert!(!dir.path().join(".agentrun").exists(), "nothing created");
+}
+
+/// The header lines up with the rows, and the summary is cut to `COLUMNS` as `runs
+/// list`'s task is (issue 27: fixed widths, wrapped at 100).
+#[test]
+fn escalations_list_is_aligned_and_fits_columns() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[tools.send]\ndescription = \"send\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo '\\\"sent\\\"'\"]\napproval = \"always\"\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "send", "args": {"to": "a-rather-long-address@example.com", "body": "a long body that makes the summary much longer than sixty columns"}}]}]));
+    p.task("", "Send it.");
+    p.run(&["start", "task.md"]).expect_code(3);
+    for columns in [60, 200] {
+        let r = p.run_env(
+            &["escalations", "list"],
+            &[("COLUMNS", &columns.to_string())],
+        );
+        r.expect_code(0);
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{r}");
+        for line in &lines {
+            assert!(
+                line.chars().count() <= columns,
+                "wider than {columns}: {line:?}"
+            );
+        }
+        // Every header word starts where its column does in the row.
+        for (name, cell) in [("RUN", 1), ("KIND", 2), ("STATUS", 3), ("SUMMARY", 5)] {
+            let at = lines[0].find(name).expect(name);
+            let row: Vec<&str> = lines[1].split_whitespace().collect();
+            assert_eq!(lines[1].find(row[cell]), Some(at), "{name}:\n{}", r.stdout);
+        }
+    }
+}
+
+#[test]
+fn front_matter_typos_get_a_suggestion_and_syntax_errors_a_line() {
+    let p = Project::new();
+    p.write("typo.md", "+++\ntool = [\"x\"]\n+++\nhi\n");
+    p.write(
+        "unquoted.md",
+        "+++\nmax_steps = 3\nmodel = script:x.json\n+++\nhi\n",
+    );
+    let r = p.run(&["start", "typo.md"]);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr.trim(),
+        "agentrun: typo.md: front matter: unknown key `tool`; did you mean `tools`?"
+    );
+    let r = p.run(&["start", "unquoted.md"]);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr.trim(),
+        "agentrun: unquoted.md: front matter: line 3: string values must be quoted, expected literal string"
+    );
+}
+
+#[test]
+fn start_prompt_without_a_model_names_every_way_to_give_one() {
+    let p = Project::new();
+    p.write("tools.toml", "");
+    let r = p.run(&["start", "--prompt", "hello"]);
+    r.expect_code(2);
+    assert_eq!(
+        r.stderr.trim(),
+        "agentrun: (prompt): no model: pass --model openai:gpt-4o-mini (or anthropic:…, script:…), or set a default with AGENTRUN_MODEL or `model` in .agentrun/config.toml"
+    );
+}
+
+/// Help says the thing itself: no issue numbers, no "see README section", and an
+/// example for every command that runs something (issue 27: `submit --help`).
+#[test]
+fn help_says_the_thing_with_an_example_and_no_issue_numbers() {
+    let p = Project::new();
+    for cmd in [
+        &["start"][..],
+        &["resume"],
+        &["submit"],
+        &["worker"],
+        &["runs", "list"],
+        &["runs", "show"],
+        &["escalations", "resolve"],
+        &["init"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let r = p.run(&args);
+        r.expect_code(0);
+        assert!(!r.stdout.contains("(issue"), "{r}");
+        assert!(!r.stdout.contains("README"), "{r}");
+        assert!(r.stdout.contains("Example"), "{r}");
+    }
+}
