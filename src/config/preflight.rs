@@ -89,6 +89,28 @@ pub fn check(
         }
     }
     out.extend(mcp_problems(cfg, origin, env));
+    out.extend(hook_problems(cfg, origin, env));
+    out
+}
+
+/// Hooks (issue 26): each hook's program must be startable, like a command tool's (a
+/// hook that cannot start blocks every call it guards).
+fn hook_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigError> {
+    let mut out = Vec::new();
+    for (event, hooks) in &cfg.hooks.by_event {
+        for (i, hook) in hooks.iter().enumerate() {
+            let spec = &hook.command;
+            out.extend(
+                command_problems(&spec.argv, &spec.cwd, env)
+                    .into_iter()
+                    .map(|m| ConfigError {
+                        file: origin.to_path_buf(),
+                        tool: None,
+                        message: format!("hooks.{}[{i}].{m}", event.key()),
+                    }),
+            );
+        }
+    }
     out
 }
 

@@ -358,3 +358,21 @@ fn before_model_can_stop_a_run_and_run_end_is_told_how_it_ended() {
         (&json!("SessionEnd"), &json!("failed"), &v["run_id"])
     );
 }
+
+#[test]
+fn a_hook_whose_program_cannot_start_is_bad_config_before_anything_runs() {
+    let p = project("exit 0", "");
+    p.fast_tools(&format!(
+        "{TOOL}\n[hooks]\nbefore_tool = [{{ command = [\"./hooks/missing.sh\"] }}]\n"
+    ));
+    for args in [&["tools", "check"][..], &["start", "task.md"][..]] {
+        let run = p.run(args);
+        run.expect_code(2);
+        assert!(
+            run.stderr
+                .contains("hooks.before_tool[0].command[0]: `./hooks/missing.sh` does not exist"),
+            "{args:?}: {run}"
+        );
+    }
+    assert_eq!(runs_of(&p, "calls.log"), 0);
+}
