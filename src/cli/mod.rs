@@ -269,7 +269,25 @@ impl Cli {
 
 /// Opens the store; `create` only for commands that start runs.
 fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
+    warn_password_in_argv(path);
     Ok(Store::open(path, create)?)
+}
+
+/// Warns once per process when the database URL carries a password and came from the
+/// command line, where every user of the machine can read it in the process list
+/// (issue 25). The same URL from AGENTRUN_DB or the config file is not shown there.
+fn warn_password_in_argv(path: &Path) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let Some(url) = path.to_str().filter(|u| crate::store::url_has_password(u)) else {
+        return;
+    };
+    if std::env::args_os().any(|a| a.to_str().is_some_and(|a| a.contains(url))) {
+        ONCE.call_once(|| {
+            crate::errln!(
+                "agentrun: warning: the password in --db is visible to every user of this machine in the process list; use PGPASSWORD or ~/.pgpass instead"
+            );
+        });
+    }
 }
 
 /// A run by id or unique prefix; "not found" names the database file, since the

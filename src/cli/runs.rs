@@ -279,7 +279,7 @@ fn print_list(
         if statuses.is_empty() && !since {
             crate::errln!(
                 "no runs yet in {} — start one with `agentrun start TASK.md`",
-                db.display()
+                crate::store::shown(db)
             );
         } else {
             let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
@@ -290,7 +290,7 @@ fn print_list(
             };
             crate::errln!(
                 "no matching runs{with} in {} (all runs: `agentrun runs list`)",
-                db.display()
+                crate::store::shown(db)
             );
         }
         return Ok(Exit::Completed);

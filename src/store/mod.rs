@@ -60,6 +60,21 @@ pub enum Store {
     Postgres(PgStore),
 }
 
+/// What messages may show of a `--db` value: an SQLite path as it is, a PostgreSQL URL
+/// without its password (issue 25: `runs list` printed it).
+pub fn shown(db: &Path) -> String {
+    match db.to_str().filter(|s| is_postgres_url(s)) {
+        Some(url) => pg::redact_url(url),
+        None => db.display().to_string(),
+    }
+}
+
+/// Whether a PostgreSQL URL carries a password (which the process list shows when it
+/// is a command-line argument).
+pub fn url_has_password(db: &str) -> bool {
+    is_postgres_url(db) && pg::redact_url(db) != db
+}
+
 /// Whether a `--db` value names a PostgreSQL database rather than an SQLite file.
 pub fn is_postgres_url(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")

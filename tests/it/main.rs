@@ -29,6 +29,7 @@ mod models_e2e;
 mod newcomer;
 mod parallel;
 mod pg;
+mod pg_tls;
 mod providers;
 mod providers_e2e;
 mod queue;

@@ -2,17 +2,19 @@
 //! module doc for why), the jobs sent to it, the transaction and reader wrappers with
 //! their statement cache, and migrating on open.
 
+use super::conninfo::{self, ConnInfo};
 use super::migrations::MIGRATIONS;
-use super::url::redact_url;
+use super::tls;
 use crate::store::durability::Durability;
 use crate::store::error::{Result, StoreError};
 use crate::store::lease::LEASE_TTL_MS;
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::{Client, Row, Statement};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Rows per read when walking a whole run (`runs show`, export): memory stays flat
 /// however long the run.
@@ -22,7 +24,8 @@ pub(super) type Job = Box<dyn FnOnce(&mut Conn) + Send>;
 /// The connection thread's state: the client (reconnected when the server dropped
 /// it) and the statements prepared on it.
 pub(super) struct Conn {
-    url: String,
+    info: ConnInfo,
+    tls: MakeRustlsConnect,
     client: Option<Client>,
     statements: HashMap<&'static str, Statement>,
 }
@@ -30,13 +33,16 @@ impl Conn {
     fn client(&mut self) -> Result<&mut Client> {
         if self.client.as_ref().is_none_or(|c| c.is_closed()) {
             self.statements.clear();
-            self.client = Some(connect(&self.url)?);
+            self.client = Some(connect(&self.info, &self.tls).map_err(pg)?);
         }
         Ok(self.client.as_mut().expect("connected above"))
     }
 }
-fn connect(url: &str) -> Result<Client> {
-    Client::connect(url, NoTls).map_err(pg)
+fn connect(
+    info: &ConnInfo,
+    tls: &MakeRustlsConnect,
+) -> std::result::Result<Client, postgres::Error> {
+    info.config.connect(tls.clone())
 }
 /// A transaction with the connection's statement cache.
 pub(super) struct Tx<'c> {
@@ -130,7 +136,13 @@ impl PgStore {
     /// connection or bad credentials are reported here, as an SQLite file's problems
     /// are at open.
     pub fn open(url: &str) -> Result<PgStore> {
-        let display = PathBuf::from(redact_url(url));
+        let info = conninfo::resolve(url, &|k| std::env::var(k).ok()).map_err(|message| {
+            StoreError::Open {
+                path: PathBuf::from(super::url::redact_url(url)),
+                message,
+            }
+        })?;
+        let display = PathBuf::from(&info.display);
         let open_err = |e: StoreError| StoreError::Open {
             path: display.clone(),
             message: match e {
@@ -138,10 +150,16 @@ impl PgStore {
                 other => other.to_string(),
             },
         };
-        let client = connect(url).map_err(open_err)?;
+        let bad = |message: String| StoreError::Open {
+            path: display.clone(),
+            message,
+        };
+        let tls = tls::connector(&info).map_err(bad)?;
+        let client = connect(&info, &tls).map_err(|e| bad(tls::explain(&e, &info)))?;
         let (tx, rx) = mpsc::channel::<Job>();
         let mut conn = Conn {
-            url: url.to_string(),
+            info,
+            tls,
             client: Some(client),
             statements: HashMap::new(),
         };

@@ -45,13 +45,16 @@
 
 mod admin;
 mod conn;
+mod conninfo;
 mod escalations;
 mod journal;
 mod migrations;
 mod queue;
 mod rows;
 mod runs;
+mod tls;
 mod url;
 mod write;
 
 pub use conn::PgStore;
+pub use url::redact_url;

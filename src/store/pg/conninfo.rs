@@ -1,0 +1,362 @@
+//! Where and how to connect, the way PostgreSQL users already say it (issue 25): a
+//! `postgres://` URL whose missing parts come from `PGHOST`, `PGPORT`, `PGUSER`,
+//! `PGDATABASE`, the password from the URL, `PGPASSWORD` or `~/.pgpass` (`PGPASSFILE`;
+//! ignored unless 0600 or stricter, as libpq does), and libpq's `sslmode` and
+//! `sslrootcert` from the URL or `PGSSLMODE`/`PGSSLROOTCERT` (default `prefer`).
+//!
+//! tokio-postgres knows only `disable`/`prefer`/`require` and no `sslrootcert`, so both
+//! are taken out of the URL here and carried out by `tls`.
+
+use postgres::config::{Host, SslMode};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// libpq's `sslmode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+impl TlsMode {
+    fn parse(s: &str) -> Option<TlsMode> {
+        Some(match s {
+            "disable" => TlsMode::Disable,
+            "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Disable => "disable",
+            TlsMode::Prefer => "prefer",
+            TlsMode::Require => "require",
+            TlsMode::VerifyCa => "verify-ca",
+            TlsMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
+/// Which certificate authorities a verifying mode trusts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Roots {
+    /// `sslrootcert=system`: the operating system's trusted roots.
+    System,
+    /// A PEM file of CA certificates (`sslrootcert=FILE`, or `~/.postgresql/root.crt`).
+    File(PathBuf),
+}
+
+/// Everything needed to connect, resolved; never shown whole (it holds the password).
+#[derive(Clone)]
+pub struct ConnInfo {
+    pub config: postgres::Config,
+    pub tls: TlsMode,
+    /// `None`: no CA given and the default file is absent (only `prefer`/`require`
+    /// can then connect, without verifying the certificate, as libpq does).
+    pub roots: Option<Roots>,
+    /// `host:port`, for messages.
+    pub endpoint: String,
+    /// `postgres://user@host:port/db`: what messages call the database.
+    pub display: String,
+}
+
+/// How long a connection attempt may take unless the URL or `PGCONNECT_TIMEOUT` says.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one statement may run unless `options=-c statement_timeout=…` says: far
+/// above any statement agentrun makes, low enough that a stuck lock ends in an error.
+pub const STATEMENT_TIMEOUT_MS: u64 = 120_000;
+
+/// The environment, injected so tests need not change the process's.
+pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Reads `url` with the environment's defaults. Errors are one line for the user.
+pub fn resolve(url: &str, env: Env<'_>) -> Result<ConnInfo, String> {
+    let (base, params) = split_query(url);
+    let mut kept = Vec::new();
+    let (mut sslmode, mut sslrootcert) = (None, None);
+    for (k, v) in params {
+        match k.as_str() {
+            "sslmode" => sslmode = Some(v),
+            "sslrootcert" => sslrootcert = Some(v),
+            _ => kept.push(format!("{}={}", k, encode(&v))),
+        }
+    }
+    let rebuilt = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    let mut config: postgres::Config = rebuilt
+        .parse()
+        .map_err(|e| format!("cannot read the connection string: {e}"))?;
+    apply_env(&mut config, env);
+    let sslmode = sslmode.or_else(|| env("PGSSLMODE"));
+    let sslrootcert = sslrootcert.or_else(|| env("PGSSLROOTCERT"));
+    let tls = match sslmode.as_deref() {
+        None if sslrootcert.as_deref() == Some("system") => TlsMode::VerifyFull,
+        None => TlsMode::Prefer,
+        Some(m) => TlsMode::parse(m).ok_or_else(|| {
+            format!("sslmode `{m}` is not one of disable, prefer, require, verify-ca, verify-full")
+        })?,
+    };
+    let roots = match sslrootcert.as_deref() {
+        Some("system") => Some(Roots::System),
+        Some(file) => Some(Roots::File(PathBuf::from(file))),
+        None => home(env)
+            .map(|h| h.join(".postgresql/root.crt"))
+            .filter(|p| p.is_file())
+            .map(Roots::File),
+    };
+    config.ssl_mode(match tls {
+        TlsMode::Disable => SslMode::Disable,
+        TlsMode::Prefer => SslMode::Prefer,
+        _ => SslMode::Require,
+    });
+    if config.get_password().is_none()
+        && let Some(p) = pgpass_password(&config, env)
+    {
+        config.password(p);
+    }
+    let endpoint = endpoint(&config);
+    let display = format!(
+        "postgres://{}@{endpoint}/{}",
+        config.get_user().unwrap_or(""),
+        config.get_dbname().unwrap_or("")
+    );
+    Ok(ConnInfo {
+        config,
+        tls,
+        roots,
+        endpoint,
+        display,
+    })
+}
+
+/// Fills what the URL left out from the libpq environment, and agentrun's timeouts.
+fn apply_env(config: &mut postgres::Config, env: Env<'_>) {
+    if config.get_hosts().is_empty() {
+        config.host(env("PGHOST").as_deref().unwrap_or("localhost"));
+    }
+    if config.get_ports().is_empty() {
+        let port = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
+        config.port(port);
+    }
+    if config.get_user().is_none()
+        && let Some(u) = env("PGUSER").or_else(|| env("USER"))
+    {
+        config.user(&u);
+    }
+    if config.get_dbname().is_none()
+        && let Some(d) = env("PGDATABASE")
+    {
+        config.dbname(&d);
+    }
+    if config.get_password().is_none()
+        && let Some(p) = env("PGPASSWORD")
+    {
+        config.password(p);
+    }
+    if config.get_connect_timeout().is_none() {
+        let secs = env("PGCONNECT_TIMEOUT").and_then(|s| s.parse::<u64>().ok());
+        config.connect_timeout(secs.map_or(CONNECT_TIMEOUT, Duration::from_secs));
+    }
+    let options = config.get_options().unwrap_or("").to_string();
+    if !options.contains("statement_timeout") {
+        let extra = format!("-c statement_timeout={STATEMENT_TIMEOUT_MS}");
+        let joined = if options.is_empty() {
+            extra
+        } else {
+            format!("{options} {extra}")
+        };
+        config.options(&joined);
+    }
+}
+
+fn home(env: Env<'_>) -> Option<PathBuf> {
+    env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
+}
+
+/// The first host and port, as `host:port` (a socket folder for a Unix socket).
+fn endpoint(config: &postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
+/// The password `~/.pgpass` (or `PGPASSFILE`) gives for this host, port, database and
+/// user: the first matching line, `*` matching anything, as libpq reads it. A file
+/// that group or others can read is ignored, as libpq does.
+fn pgpass_password(config: &postgres::Config, env: Env<'_>) -> Option<String> {
+    let path = env("PGPASSFILE")
+        .map(PathBuf::from)
+        .or_else(|| home(env).map(|h| h.join(".pgpass")))?;
+    if !private(&path) {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        _ => "localhost".into(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let want = [
+        host.as_str(),
+        port.as_str(),
+        config.get_dbname().unwrap_or(""),
+        config.get_user().unwrap_or(""),
+    ];
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .find_map(|line| {
+            let fields = pgpass_fields(line);
+            if fields.len() != 5 {
+                return None;
+            }
+            let hit = want.iter().zip(&fields).all(|(w, f)| f == "*" || f == w);
+            hit.then(|| fields[4].clone())
+        })
+}
+
+/// Whether only the owner may read `path` (the 0600 rule of `.pgpass`).
+pub fn private(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 == 0)
+}
+
+/// A `.pgpass` line's five fields; `\:` and `\\` are a literal colon and backslash.
+fn pgpass_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    fields.last_mut().expect("never empty").push(n);
+                }
+            }
+            ':' => fields.push(String::new()),
+            c => fields.last_mut().expect("never empty").push(c),
+        }
+    }
+    fields
+}
+
+/// The URL before `?` and its decoded query parameters.
+fn split_query(url: &str) -> (&str, Vec<(String, String)>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url, Vec::new());
+    };
+    let params = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    (base, params)
+}
+
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn the_environment_fills_what_the_url_leaves_out() {
+        let env = env_of(&[
+            ("PGHOST", "db.example"),
+            ("PGPORT", "6543"),
+            ("PGUSER", "runner"),
+            ("PGDATABASE", "runs"),
+            ("PGPASSWORD", "s3cret"),
+        ]);
+        let info = resolve("postgres://", &env).unwrap();
+        assert_eq!(info.display, "postgres://runner@db.example:6543/runs");
+        assert_eq!(info.config.get_password(), Some(&b"s3cret"[..]));
+        assert_eq!(info.tls, TlsMode::Prefer);
+    }
+
+    #[test]
+    fn sslmode_and_sslrootcert_come_from_the_url_or_the_environment() {
+        let env = env_of(&[("PGSSLMODE", "require")]);
+        let info = resolve(
+            "postgres://u@h/d?sslmode=verify-full&sslrootcert=/ca.pem",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(info.tls, TlsMode::VerifyFull);
+        assert_eq!(info.roots, Some(Roots::File("/ca.pem".into())));
+        assert_eq!(
+            resolve("postgres://u@h/d", &env).unwrap().tls,
+            TlsMode::Require
+        );
+        let system = resolve("postgres://u@h/d?sslrootcert=system", &env_of(&[])).unwrap();
+        assert_eq!(system.tls, TlsMode::VerifyFull);
+        assert_eq!(system.roots, Some(Roots::System));
+        let bad = resolve("postgres://u@h/d?sslmode=allow-ish", &env)
+            .err()
+            .unwrap();
+        assert!(bad.contains("verify-full"), "{bad}");
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_never_displayed() {
+        let info = resolve("postgres://bob:pw@h:1/d", &env_of(&[])).unwrap();
+        assert_eq!(info.config.get_password(), Some(&b"pw"[..]));
+        assert_eq!(info.display, "postgres://bob@h:1/d");
+    }
+
+    #[test]
+    fn pgpass_is_read_only_when_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\nother:*:*:*:no\nh:5432:*:bob:from\\:file\n",
+        )
+        .unwrap();
+        let env = env_of(&[("PGPASSFILE", file.to_str().unwrap())]);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let info = resolve("postgres://bob@h/d", &env).unwrap();
+        assert_eq!(info.config.get_password(), None, "0644 is ignored");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let info = resolve("postgres://bob@h/d", &env).unwrap();
+        assert_eq!(info.config.get_password(), Some(&b"from:file"[..]));
+    }
+}
