@@ -18,7 +18,7 @@ pub fn program_digests(cfg: &ToolsConfig) -> BTreeMap<String, (String, String)> 
         let ToolKind::Command(spec) = &def.kind else {
             continue;
         };
-        let Some(file) = program_file(&spec.argv, &spec.cwd) else {
+        let Some(file) = program_file(&spec.argv, &spec.cwd, spec.program.as_deref()) else {
             continue;
         };
         if let Some(d) = file_digest(&file) {
@@ -39,7 +39,9 @@ pub fn changed(recorded: &BTreeMap<String, (String, String)>) -> Vec<String> {
         .collect()
 }
 
-fn program_file(argv: &[String], cwd: &Path) -> Option<PathBuf> {
+/// The file that matters for `argv`: the script after an interpreter, else `program`
+/// (argv[0] as resolved for the run), else argv[0] looked up as the spawn would.
+fn program_file(argv: &[String], cwd: &Path, program: Option<&Path>) -> Option<PathBuf> {
     let first = argv.first()?;
     let base = Path::new(first).file_name()?.to_str()?;
     if INTERPRETERS.contains(&base)
@@ -50,12 +52,13 @@ fn program_file(argv: &[String], cwd: &Path) -> Option<PathBuf> {
             return Some(p);
         }
     }
+    if let Some(p) = program {
+        return Some(p.to_path_buf());
+    }
     if first.contains('/') {
         return Some(cwd.join(first));
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(first))
-        .find(|p| p.is_file())
+    crate::tools::spawn::find_on_path(first, &std::env::var_os("PATH")?, cwd)
 }
 
 fn file_digest(path: &Path) -> Option<String> {
@@ -77,7 +80,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("t.py"), "print(1)").unwrap();
         let argv = vec!["python3".to_string(), "t.py".to_string()];
-        let file = program_file(&argv, dir.path()).unwrap();
+        let file = program_file(&argv, dir.path(), None).unwrap();
         assert_eq!(file, dir.path().join("t.py"));
         let rec = BTreeMap::from([(
             "t".to_string(),

@@ -112,7 +112,9 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     let tools_path = find_tools(&opts.task, opts.tools.as_deref())?;
     let (tools_toml, prompts, cfg) = match &tools_path {
         Some(p) => {
-            let (cfg, text) = config::load(p)?;
+            let (mut cfg, text) = config::load(p)?;
+            // Before discovery starts the MCP servers (issue 23: spawned without fork).
+            crate::tools::spawn::resolve_programs(&mut cfg);
             let dir = p.parent().unwrap_or(Path::new("."));
             (text, Prompts::load(&dir.join("prompts"))?, cfg)
         }
@@ -227,6 +229,8 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
 fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Resolved, SetupError> {
     let tools_path = PathBuf::from(&snapshot.tools_path);
     let mut tools = config::parse(&snapshot.tools_toml, &tools_path)?;
+    // Once per run: no step searches PATH, nor forks for the child to (issue 23).
+    crate::tools::spawn::resolve_programs(&mut tools);
     let pool = if tools.mcp.is_empty() {
         None
     } else {

@@ -398,6 +398,7 @@ pub(super) fn command_spec(
     let inherit_all = inherit(raw.inherit, place, sink).unwrap_or(env_defaults.inherit_all);
     CommandSpec {
         argv,
+        program: None,
         env,
         set,
         inherit_all,

@@ -84,6 +84,7 @@ fn schema(prop: &str) -> serde_json::Value {
 fn command(argv: &[&str]) -> ToolKind {
     ToolKind::Command(CommandSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
+        program: None,
         env: Vec::new(),
         set: Default::default(),
         inherit_all: false,

@@ -86,6 +86,10 @@ pub enum OnUnknown {
 pub struct CommandSpec {
     /// argv; argv[0] relative paths resolve against the tools.toml directory.
     pub argv: Vec<String>,
+    /// argv[0] as an absolute path, resolved once for the run
+    /// ([`crate::tools::spawn::resolve_programs`]); `None` as parsed (parsing does not
+    /// read the machine) and while not found.
+    pub program: Option<std::path::PathBuf>,
     /// Variable names passed through from agentrun's environment (the tool's `env`
     /// and `[defaults]`'s), on top of the core set.
     pub env: Vec<String>,

@@ -43,7 +43,7 @@ pub async fn run(
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
-    let (mut cmd, secrets) = build(spec, ctx)?;
+    let (mut cmd, secrets) = build(spec, &def.name, ctx)?;
     descendants::become_subreaper();
     let run = Run {
         name: &def.name,
@@ -175,33 +175,26 @@ async fn run_child(
 
 fn build(
     spec: &CommandSpec,
+    name: &str,
     ctx: &CallContext<'_>,
 ) -> Result<(tokio::process::Command, Secrets), ToolError> {
-    let Some(program) = spec.argv.first() else {
-        return Err(ToolError::new(
+    let extra = [
+        ("AGENTRUN_RUN_ID", ctx.run_id),
+        ("AGENTRUN_CALL_ID", ctx.key),
+    ];
+    let mut child = super::spawn::command(spec, &extra).map_err(|e| {
+        let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
+        ToolError::new(
             ErrorKind::ToolBug,
-            "command tool with an empty argv",
-        ));
-    };
-    // A relative path names a file beside tools.toml; a bare name is looked up in PATH.
-    let program = if program.contains('/') {
-        spec.cwd.join(program)
-    } else {
-        program.into()
-    };
-    let env = child_env(std::env::vars_os(), spec);
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&spec.argv[1..])
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(env.vars)
-        .env("AGENTRUN_RUN_ID", ctx.run_id)
-        .env("AGENTRUN_CALL_ID", ctx.key)
-        .process_group(0)
+            format!("{name}: cannot start `{arg0}`: {e}"),
+        )
+    })?;
+    child
+        .cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    Ok((cmd, env.secrets))
+    Ok((child.cmd, child.env.secrets))
 }
 
 /// A child's environment and the secret values in it (to redact from its output).
@@ -668,6 +661,7 @@ mod tests {
     fn spec(listed: &[&str], set: &[(&str, &str)], inherit_all: bool) -> CommandSpec {
         CommandSpec {
             argv: vec!["t".into()],
+            program: None,
             env: listed.iter().map(|s| s.to_string()).collect(),
             set: set
                 .iter()

@@ -6,6 +6,7 @@ pub mod http;
 pub mod mcp;
 pub mod outcome;
 pub mod schema;
+pub mod spawn;
 
 use crate::clock::Clock;
 use crate::config::types::{ToolDef, ToolKind};

@@ -36,6 +36,7 @@ mod queue;
 mod reading_runs;
 mod recovery_e2e;
 mod scale;
+mod spawn;
 mod steering;
 mod storage;
 mod streaming;

@@ -404,24 +404,14 @@ impl State {
     async fn connect(&mut self) -> Result<(), String> {
         let service = match &self.def.transport {
             McpTransport::Stdio(spec) => {
-                let (program, args) = spec.argv.split_first().ok_or("empty command")?;
-                let cwd = &spec.cwd;
-                let program = if program.contains('/') {
-                    cwd.join(program)
-                } else {
-                    program.into()
-                };
-                let mut cmd = tokio::process::Command::new(&program);
-                cmd.args(args)
-                    .current_dir(cwd)
-                    .env_clear()
-                    .envs(crate::tools::command::child_env(std::env::vars_os(), spec).vars)
-                    .process_group(0)
-                    .kill_on_drop(true);
-                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
+                let mut child = crate::tools::spawn::command(spec, &[])
+                    .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
+                child.cmd.kill_on_drop(true);
+                let (transport, stderr) = TokioChildProcess::builder(child.cmd)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| format!("cannot run `{}`: {e}", program.display()))?;
+                    .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
                 if let Some(pid) = transport.id().and_then(|p| i32::try_from(p).ok()) {
                     let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
                     groups.insert(self.def.name.clone(), pid);

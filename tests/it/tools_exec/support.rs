@@ -136,6 +136,7 @@ impl Harness {
             name,
             ToolKind::Command(CommandSpec {
                 argv: argv.iter().map(|s| s.to_string()).collect(),
+                program: None,
                 env: Vec::new(),
                 set: Default::default(),
                 inherit_all: false,
