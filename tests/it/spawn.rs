@@ -4,25 +4,28 @@
 //! Counted with `strace`, which these tests need (they skip without it; `.ci/run`
 //! installs it).
 
-use crate::common::{Project, Run, bin};
+use crate::common::{Project, Run, bin, peer};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
 /// `strace` when it is installed and may trace here (a container may forbid ptrace).
 fn strace() -> bool {
-    let ok = Command::new("strace")
-        .args(["-f", "-qq", "-o", "/dev/null", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!(
-            "skipped: strace is not installed (or may not trace here), so forks cannot be counted"
-        );
-    }
-    ok
+    let works = || {
+        Command::new("strace")
+            .args(["-f", "-qq", "-o", "/dev/null", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            .then_some(())
+    };
+    peer::available(
+        "strace",
+        "apt-get install strace; it must be allowed to ptrace",
+        works,
+    )
+    .is_some()
 }
 
 /// What agentrun's own threads did, from an `strace -f` log: (forks: new processes
