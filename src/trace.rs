@@ -114,6 +114,8 @@ pub enum NoteKind {
     Truncated,
     /// The context was compacted to fit the model's window (issue 15).
     Compacted,
+    /// The model's answer only repeated one of agentrun's notes (issue 23).
+    RepeatedNote,
 }
 
 impl NoteKind {
@@ -124,6 +126,7 @@ impl NoteKind {
             NoteKind::McpServerRestarted => "mcp_server_restarted",
             NoteKind::Truncated => "truncated",
             NoteKind::Compacted => "compacted",
+            NoteKind::RepeatedNote => "repeated_note",
         }
     }
 

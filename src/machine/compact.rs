@@ -73,6 +73,7 @@ impl Machine<'_> {
         effects::Ask {
             step: self.state.steps + 1,
             system: context::COMPACT_PROMPT.to_string(),
+            note: String::new(),
             tools: Vec::new().into(),
             summary: Some(SummaryAsk {
                 messages: context::summary_request(&self.context, p.kept_from, window),

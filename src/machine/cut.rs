@@ -42,14 +42,7 @@ impl Machine<'_> {
         self.cut = Some(response.usage);
         let cap = self.rules.output_cap;
         let (first, retry) = (cap.first, cap.retry_cap());
-        let note = Message::text(
-            Role::System,
-            format!(
-                "[agentrun] Your previous reply was cut off at the output limit of {first} tokens \
-                 and was discarded. Reply again within {retry} tokens: make fewer tool calls in \
-                 one turn (the rest can follow in later turns), or answer more briefly."
-            ),
-        );
+        let note = self.cut_note();
         let mut ask = self.ask();
         ask.after_cut = Some(AfterCut {
             note,
@@ -66,6 +59,22 @@ impl Machine<'_> {
             }),
             Effect::AskModel(ask),
         ]
+    }
+}
+
+impl Machine<'_> {
+    /// What the retry after a cut tells the model.
+    pub(super) fn cut_note(&self) -> Message {
+        let cap = self.rules.output_cap;
+        let (first, retry) = (cap.first, cap.retry_cap());
+        Message::text(
+            Role::System,
+            format!(
+                "[agentrun] Your previous reply was cut off at the output limit of {first} tokens \
+                 and was discarded. Reply again within {retry} tokens: make fewer tool calls in \
+                 one turn (the rest can follow in later turns), or answer more briefly."
+            ),
+        )
     }
 }
 

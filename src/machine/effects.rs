@@ -106,13 +106,18 @@ pub enum Effect {
     Stop(Stop),
 }
 
-/// A model request: the system text (with the budget line) and the tools offered; the
-/// messages are the machine's context after the system prompt — or, for a compaction,
-/// the summary request's own.
+/// A model request: the system text and the tools offered; the messages are the
+/// machine's context after the system prompt — or, for a compaction, the summary
+/// request's own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ask {
     pub step: u32,
+    /// The same bytes at every step of a run (DESIGN §7, issue 23): what changes per
+    /// step goes in `note`, so a provider's prompt cache can reuse the whole prefix.
     pub system: String,
+    /// agentrun's per-step note (the budget and spend lines), sent after the
+    /// transcript as user-role text; empty for a compaction.
+    pub note: String,
     /// Shared with the machine, which builds them again only when the offer changes.
     pub tools: std::sync::Arc<[ToolSpec]>,
     /// A compaction (issue 15): the model summarises instead of taking a step.

@@ -32,6 +32,7 @@ pub mod cut;
 pub mod effects;
 pub mod escalate;
 pub mod guards;
+mod parrot;
 pub mod policy;
 mod reply;
 #[cfg(test)]
@@ -311,30 +312,36 @@ impl<'a> Machine<'a> {
     }
 
     fn ask(&self) -> effects::Ask {
-        let r = self.rules;
-        // The output instruction sits before the budget line: the same text on every
+        // The output instruction is part of the system prompt: the same text on every
         // request (DESIGN §7).
-        let output = r
+        let output = self
+            .rules
             .output
             .map(|o| format!("\n\n{}", o.instruction()))
             .unwrap_or_default();
         let system = format!(
-            "{}{output}\n\n{}",
+            "{}{output}",
             self.messages()
                 .first()
                 .map(Message::joined_text)
-                .unwrap_or_default(),
-            budget_note(&self.state, r.max_steps, r.max_tokens)
-                + &state::spend_note(&self.state, self.active_ms(), &r.spend)
+                .unwrap_or_default()
         );
         effects::Ask {
             step: self.state.steps + 1,
             system,
+            note: self.step_note(),
             tools: self.offered_tools(&self.state),
             summary: None,
             turns_left_out: self.turns_left_out(),
             after_cut: None,
         }
+    }
+
+    /// The budget and spend lines for the next step.
+    fn step_note(&self) -> String {
+        let r = self.rules;
+        budget_note(&self.state, r.max_steps, r.max_tokens)
+            + &state::spend_note(&self.state, self.active_ms(), &r.spend)
     }
 
     /// The task's tools from tools.toml (its subset, or all).

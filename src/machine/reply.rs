@@ -39,6 +39,9 @@ impl Machine<'_> {
             return self.finish_truncated(next, assistant);
         }
         if calls.is_empty() {
+            if super::parrot::repeats_a_note(&assistant.joined_text(), &self.notes_shown()) {
+                return self.refuse_repeated_note(next, assistant);
+            }
             return self.finish_answer(next, assistant);
         }
         let offered = self.offered_names(&self.state);

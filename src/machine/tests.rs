@@ -206,15 +206,41 @@ fn the_budget_guard_stops_before_asking_the_model() {
 }
 
 #[test]
-fn the_request_offers_the_tools_and_ask_user_with_the_budget_line() {
+fn the_request_offers_the_tools_and_ask_user_and_the_budget_line_comes_apart_from_the_system_prompt()
+ {
     let h = H::new();
     let mut m = h.machine(LoopState::default());
     let ask = ask(&mut m);
     let names: Vec<&str> = ask.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["lookup", "refund", "ask_user"]);
+    // The system prompt alone: the same bytes at every step (issue 23).
+    assert_eq!(ask.system, "sys");
     assert_eq!(
-        ask.system,
-        "sys\n\nBudget: this is step 1 of 5; 5 step(s) remain including this one, and 10000 of 10000 tokens remain."
+        ask.note,
+        "Budget: this is step 1 of 5; 5 step(s) remain including this one, and 10000 of 10000 tokens remain."
+    );
+}
+
+/// Issue 23: on llama.cpp a small model answered the cut-off note with the note, and
+/// that was taken as the run's final answer.
+#[test]
+fn an_answer_that_only_repeats_agentruns_note_is_not_the_final_answer() {
+    let h = H::new();
+    let mut m = h.machine(LoopState::default());
+    let first = ask(&mut m);
+    let out = m.handle(Event::ModelReplied(reply(vec![text(&first.note)])));
+    let c = commit(&out);
+    assert_eq!(c.status, RunStatus::Running, "{out:?}");
+    assert_eq!(c.answer, None);
+    assert_eq!(c.messages[1].role, Role::System, "{:?}", c.messages);
+    assert!(
+        c.messages[1].joined_text().contains("only repeated a note"),
+        "{:?}",
+        c.messages
+    );
+    assert!(
+        matches!(out.last(), Some(Effect::LoadStep { step: 2 })),
+        "the run goes on: {out:?}"
     );
 }
 

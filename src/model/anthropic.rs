@@ -438,6 +438,8 @@ fn translate(req: &ModelRequest<'_>) -> (String, Vec<Value>) {
     for m in &req.messages[leading..] {
         out.push(m);
     }
+    // Last, after the tool results, so the request's prefix is the same at every step.
+    out.push(&Message::text(Role::User, req.note));
     (system.join("\n\n"), out.0)
 }
 
@@ -589,6 +591,7 @@ mod tests {
         ModelRequest {
             system,
             messages,
+            note: "",
             tools,
             max_output_tokens: 512,
             live: None,

@@ -393,6 +393,9 @@ fn request_body(model: &str, token_field: TokenField, req: &ModelRequest<'_>) ->
     body
 }
 
+/// The system prompt first and only there; agentrun's notes — those in the transcript
+/// and the per-step one, last — as user-role text (issue 23): many chat templates
+/// (Mistral's, Gemma's, Llama 2's) reject a system message after the first.
 fn messages(req: &ModelRequest<'_>) -> Vec<Value> {
     let mut out = Vec::new();
     if !req.system.is_empty() {
@@ -401,7 +404,23 @@ fn messages(req: &ModelRequest<'_>) -> Vec<Value> {
     for m in req.messages {
         push_message(&mut out, m);
     }
+    if !req.note.is_empty() {
+        push_user_text(&mut out, req.note.to_string());
+    }
     out
+}
+
+/// User-role text, joined to a user message right before it: templates that want
+/// roles to alternate reject two user messages in a row.
+fn push_user_text(out: &mut Vec<Value>, text: String) {
+    if let Some(last) = out.last_mut()
+        && last["role"] == "user"
+        && let Some(before) = last["content"].as_str()
+    {
+        last["content"] = Value::String(format!("{before}\n\n{text}"));
+        return;
+    }
+    out.push(json!({"role": "user", "content": text}));
 }
 
 fn push_message(out: &mut Vec<Value>, m: &Message) {
@@ -420,17 +439,16 @@ fn push_message(out: &mut Vec<Value>, m: &Message) {
                                     "content": wire::result_text(content)}));
                 }
             }
-            push_text(out, "user", m);
+            push_text(out, m);
         }
-        Role::System => push_text(out, "system", m),
-        Role::User => push_text(out, "user", m),
+        Role::System | Role::User => push_text(out, m),
     }
 }
 
-/// The message's text parts as one message of `role`, if it has any.
-fn push_text(out: &mut Vec<Value>, role: &str, m: &Message) {
+/// The message's text parts as user-role text, if it has any.
+fn push_text(out: &mut Vec<Value>, m: &Message) {
     if m.content.iter().any(|p| matches!(p, Part::Text { .. })) {
-        out.push(json!({"role": role, "content": m.joined_text()}));
+        push_user_text(out, m.joined_text());
     }
 }
 
@@ -624,6 +642,7 @@ mod tests {
         ModelRequest {
             system,
             messages,
+            note: "",
             tools,
             max_output_tokens: 256,
             live: None,

@@ -298,6 +298,7 @@ mod tests {
         ModelRequest {
             system: "",
             messages,
+            note: "",
             tools: &[],
             max_output_tokens: 64,
             live: None,

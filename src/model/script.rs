@@ -293,6 +293,7 @@ mod tests {
         ModelRequest {
             system: "",
             messages,
+            note: "",
             tools: &[],
             max_output_tokens: 1024,
             live: None,

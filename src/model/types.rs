@@ -165,8 +165,12 @@ pub struct ToolSpec {
 /// Everything a provider needs for one call.
 #[derive(Clone)]
 pub struct ModelRequest<'a> {
+    /// The same bytes at every step of a run (issue 23).
     pub system: &'a str,
     pub messages: &'a [Message],
+    /// agentrun's per-step note (budget, spend), sent after `messages` as user-role
+    /// text: last, so everything before it can come from a prompt cache. Empty: none.
+    pub note: &'a str,
     pub tools: &'a [ToolSpec],
     /// Output-token cap per response (Anthropic requires one).
     pub max_output_tokens: u32,
@@ -197,6 +201,7 @@ impl std::fmt::Debug for ModelRequest<'_> {
         f.debug_struct("ModelRequest")
             .field("system", &self.system)
             .field("messages", &self.messages)
+            .field("note", &self.note)
             .field("tools", &self.tools)
             .field("max_output_tokens", &self.max_output_tokens)
             .field("live", &self.live.is_some())

@@ -371,6 +371,7 @@ impl Drive<'_> {
         let req = ModelRequest {
             system: &ask.system,
             messages,
+            note: &ask.note,
             tools: &ask.tools,
             max_output_tokens,
             live: Some(&live),

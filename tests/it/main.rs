@@ -30,6 +30,7 @@ mod newcomer;
 mod parallel;
 mod pg;
 mod pg_tls;
+mod prompt_cache;
 mod providers;
 mod providers_e2e;
 mod queue;

@@ -181,6 +181,7 @@ fn request<'a>(
     ModelRequest {
         system,
         messages,
+        note: "",
         tools,
         max_output_tokens: max,
         live: None,

@@ -216,17 +216,21 @@ fn an_openai_run_calls_a_tool_and_completes_with_the_recorded_answer() {
 
     let bodies = api.bodies(OPENAI_PATH);
     assert_eq!(bodies.len(), 2);
-    // Each request tells the model its remaining budget, in the system message.
+    // Each request tells the model its remaining budget, last, as user text (issue 23:
+    // the system message stays the same bytes at every step).
     for (i, b) in bodies.iter().enumerate() {
-        let system = b["messages"][0]["content"].as_str().unwrap();
-        assert_eq!(b["messages"][0]["role"], "system");
+        assert_eq!(b["messages"][0], bodies[0]["messages"][0]);
+        let last = b["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["role"], "user");
+        let note = last["content"].as_str().unwrap();
         assert!(
-            system.contains(&format!("Budget: this is step {} of 5", i + 1)),
-            "{system}"
+            note.contains(&format!("Budget: this is step {} of 5", i + 1)),
+            "{note}"
         );
     }
     let messages = bodies[1]["messages"].as_array().unwrap();
-    let n = messages.len();
+    // The budget note is the last message; the call and its result come before it.
+    let n = messages.len() - 1;
     assert_eq!(
         (
             &messages[n - 2]["role"],
@@ -288,9 +292,16 @@ fn an_anthropic_run_calls_a_tool_and_completes_with_the_recorded_answer() {
     let last = messages.last().unwrap();
     assert_eq!(last["role"], "user", "{messages:#?}");
     assert_eq!(
-        last["content"],
-        json!([{"type": "tool_result", "tool_use_id": call_id,
-                "content": "The cake is a lie.", "is_error": false}])
+        last["content"][0],
+        json!({"type": "tool_result", "tool_use_id": call_id,
+                "content": "The cake is a lie.", "is_error": false})
+    );
+    // Then the budget note, last (issue 23).
+    assert!(
+        last["content"][1]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Budget: this is step 2 of 5")),
+        "{last:#}"
     );
     let assistant = &messages[messages.len() - 2];
     assert_eq!(

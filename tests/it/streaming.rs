@@ -90,6 +90,7 @@ async fn ask(p: &Provider, live: &Seen) -> Result<ModelResponse, ModelError> {
     p.complete(&ModelRequest {
         system: "",
         messages: &msgs,
+        note: "",
         tools: &[],
         max_output_tokens: 64,
         live: Some(live),
@@ -298,6 +299,7 @@ async fn settings_reach_the_wire_for_both_apis() {
             .complete(&ModelRequest {
                 system: "",
                 messages: &[Message::text(Role::User, "hi")],
+                note: "",
                 tools: &tools,
                 max_output_tokens: 7,
                 live: None,
@@ -448,6 +450,7 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
     let req = ModelRequest {
         system: "",
         messages: &msgs,
+        note: "",
         tools: &[],
         max_output_tokens: 64,
         live: Some(&seen),
@@ -595,6 +598,7 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
     let req = ModelRequest {
         system: "",
         messages: &msgs,
+        note: "",
         tools: &[],
         max_output_tokens: 64,
         live: None,
