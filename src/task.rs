@@ -2,7 +2,7 @@
 
 use crate::model::ModelSpec;
 use crate::model::output::{self, OutputSpec};
-use crate::model::settings::{SettingsInput, ToolChoice, parse_duration};
+use crate::model::settings::{CacheTtl, SettingsInput, ToolChoice, parse_duration};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -59,6 +59,9 @@ struct FrontMatter {
     // Structured answers (issue 26).
     output_schema: Option<toml::Value>,
     output_attempts: Option<i64>,
+    // Prompt-cache hints (issue 23).
+    prompt_cache: Option<bool>,
+    prompt_cache_ttl: Option<String>,
 }
 
 impl FrontMatter {
@@ -102,6 +105,12 @@ impl FrontMatter {
             price: self.price,
             max_cost: self.max_cost,
             max_duration: duration("max_duration", &self.max_duration)?,
+            prompt_cache: self.prompt_cache,
+            prompt_cache_ttl: self
+                .prompt_cache_ttl
+                .as_deref()
+                .map(CacheTtl::parse)
+                .transpose()?,
         };
         input.validate()?;
         Ok(input)
@@ -135,6 +144,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("price", Kind::Price),
     ("output_schema", Kind::Schema),
     ("output_attempts", Kind::Integer),
+    ("prompt_cache", Kind::Bool),
+    ("prompt_cache_ttl", Kind::Text),
 ];
 
 #[derive(Clone, Copy)]
@@ -163,7 +174,7 @@ impl Kind {
             Kind::Schema => v.is_str() || v.is_table(),
             Kind::Price => v.as_table().is_some_and(|t| {
                 t.iter().all(|(k, v)| {
-                    ["input", "output", "cached_input"].contains(&k.as_str())
+                    ["input", "output", "cached_input", "cache_write"].contains(&k.as_str())
                         && (v.is_float() || v.is_integer())
                 }) && t.contains_key("input")
                     && t.contains_key("output")
@@ -428,7 +439,7 @@ mod tests {
         }
         assert_eq!(
             parse_str("+++\nbogus = 1\n+++\nx").unwrap_err(),
-            "t.md: front matter: unknown key `bogus`; expected one of: model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price, output_schema, output_attempts"
+            "t.md: front matter: unknown key `bogus`; expected one of: model, max_steps, max_tokens, tools, max_output_tokens, max_output_tokens_retry, temperature, tool_choice, stream, timeout, idle_timeout, connect_timeout, context_window, model_attempts, model_backoff, model_max_backoff, max_retry_after, model_cooldown, max_cost, max_duration, price, output_schema, output_attempts, prompt_cache, prompt_cache_ttl"
         );
     }
 

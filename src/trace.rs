@@ -89,6 +89,17 @@ pub enum TraceEvent {
         #[serde(skip)]
         at_ms: Option<i64>,
     },
+    /// What one step's model call used and cost (issue 23): the input tokens, the part
+    /// read from the provider's prompt cache and the part written to it, the output.
+    ModelUsage {
+        model: String,
+        input: u64,
+        cached_input: u64,
+        #[serde(default)]
+        cache_write: u64,
+        output: u64,
+        cost_usd: f64,
+    },
     /// Anything else worth a line in the trace.
     Note {
         kind: NoteKind,
@@ -148,6 +159,7 @@ impl TraceEvent {
             | TraceEvent::ModelFallback { at_ms, .. }
             | TraceEvent::Hook { at_ms, .. }
             | TraceEvent::Note { at_ms, .. } => *at_ms,
+            TraceEvent::ModelUsage { .. } => None,
         }
     }
 
@@ -163,6 +175,7 @@ impl TraceEvent {
             | TraceEvent::Note { at_ms, .. } => {
                 at_ms.get_or_insert(now_ms);
             }
+            TraceEvent::ModelUsage { .. } => {}
         }
     }
 
@@ -175,6 +188,7 @@ impl TraceEvent {
             TraceEvent::ModelFallback { .. } => "model_fallback",
             TraceEvent::Hook { .. } => "hook",
             TraceEvent::Note { .. } => "note",
+            TraceEvent::ModelUsage { .. } => "model_usage",
         }
     }
 }

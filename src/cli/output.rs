@@ -99,8 +99,36 @@ pub fn run_detail_json(
         messages.iter().map(message_json).collect(),
     );
     obj.insert("tool_calls".into(), journal.iter().map(call_json).collect());
+    obj.insert("usage".into(), usage_json(events.iter().map(|e| &e.event)));
     obj.insert("events".into(), events.iter().map(event_json).collect());
     v
+}
+
+/// The run's model usage summed over its steps' `model_usage` events (issue 23): input,
+/// the part read from the prompt cache and the part written to it, output, and the
+/// cache hit ratio (`null` before any input).
+pub fn usage_json<'a>(events: impl Iterator<Item = &'a crate::trace::TraceEvent>) -> Value {
+    let mut total = crate::model::Usage::default();
+    for e in events {
+        if let crate::trace::TraceEvent::ModelUsage {
+            input,
+            cached_input,
+            cache_write,
+            output,
+            ..
+        } = e
+        {
+            total.add(crate::model::Usage {
+                input: *input,
+                output: *output,
+                cached: *cached_input,
+                cache_write: *cache_write,
+            });
+        }
+    }
+    json!({"input": total.input, "cached_input": total.cached,
+           "cache_write": total.cache_write, "output": total.output,
+           "cache_hit_ratio": total.cache_hit_ratio()})
 }
 
 fn message_json(m: &StoredMessage) -> Value {
@@ -116,6 +144,15 @@ fn call_json(c: &JournalEntry) -> Value {
 
 fn event_json(e: &StoredEvent) -> Value {
     let mut ev = serde_json::to_value(&e.event).unwrap_or(Value::Null);
+    if let crate::trace::TraceEvent::ModelUsage {
+        input,
+        cached_input,
+        ..
+    } = &e.event
+    {
+        let ratio = (*input > 0).then(|| *cached_input.min(input) as f64 / *input as f64);
+        ev["cache_hit_ratio"] = json!(ratio);
+    }
     if let Some(o) = ev.as_object_mut() {
         o.insert("step".into(), json!(e.step));
         o.insert("at".into(), json!(rfc3339(e.at)));
@@ -167,6 +204,16 @@ pub fn write_run_detail_json(
             "messages" => stream(out, |f| store.each_message(run, |m| f(message_json(&m))))?,
             "tool_calls" => stream(out, |f| store.each_journal_entry(run, |c| f(call_json(&c))))?,
             "events" => stream(out, |f| store.each_event(run, |e| f(event_json(&e))))?,
+            "usage" => {
+                let mut usage = Vec::new();
+                store.each_event(run, |e| {
+                    if matches!(e.event, crate::trace::TraceEvent::ModelUsage { .. }) {
+                        usage.push(e.event);
+                    }
+                    Ok::<(), anyhow::Error>(())
+                })?;
+                serde_json::to_writer(&mut *out, &usage_json(usage.iter()))?
+            }
             _ => serde_json::to_writer(&mut *out, value)?,
         }
     }
@@ -248,6 +295,7 @@ mod tests {
                     input: 1,
                     output: 1,
                     cached: 0,
+                    cache_write: 0,
                 },
                 stop: StopReason::ToolUse,
                 model: "script:x".into(),

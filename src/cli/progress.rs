@@ -358,7 +358,10 @@ fn json_line(v: &serde_json::Value) {
 
 /// Attempts that succeed are not news; waits, hops and notes are.
 fn worth_a_line(e: &TraceEvent) -> bool {
-    !matches!(e, TraceEvent::ToolAttempt { error: None, .. })
+    !matches!(
+        e,
+        TraceEvent::ToolAttempt { error: None, .. } | TraceEvent::ModelUsage { .. }
+    )
 }
 
 #[allow(clippy::disallowed_methods)] // only asks whether it is a terminal
@@ -512,7 +515,10 @@ impl Live {
             TraceEvent::ModelFallback { to, .. } => self.update(|st| {
                 st.doing = format!("asking {to} (fallback model)");
             }),
-            TraceEvent::ToolAttempt { .. } | TraceEvent::Note { .. } | TraceEvent::Hook { .. } => {}
+            TraceEvent::ToolAttempt { .. }
+            | TraceEvent::Note { .. }
+            | TraceEvent::Hook { .. }
+            | TraceEvent::ModelUsage { .. } => {}
         }
     }
 

@@ -371,6 +371,10 @@ struct Spent {
     max_duration_ms: Option<u64>,
     /// Whether the context was compacted (the last compaction's step).
     compactions: Option<u32>,
+    /// Input tokens: all, read from the prompt cache, written to it (issue 23).
+    input: u64,
+    cached: u64,
+    cache_write: u64,
 }
 
 impl Spent {
@@ -388,6 +392,9 @@ impl Spent {
             active_ms: state.active_ms,
             max_duration_ms: settings.max_duration_ms,
             compactions: state.compaction.map(|c| c.step),
+            input: state.input_tokens,
+            cached: state.cached_input_tokens,
+            cache_write: state.cache_write_tokens,
         }
     }
 }
@@ -400,6 +407,12 @@ fn spend_fields(s: &Spent) -> Vec<(&'static str, String)> {
         Some(max) => out.push(("cost", format!("{} of {}", usd(s.cost_usd), usd(max)))),
         None if s.cost_usd > 0.0 => out.push(("cost", usd(s.cost_usd))),
         None => {}
+    }
+    if s.cached > 0 || s.cache_write > 0 {
+        out.push((
+            "cache",
+            crate::render::transcript::cache_line(s.input, s.cached, s.cache_write),
+        ));
     }
     let time = |ms: u64| crate::timefmt::duration(i64::try_from(ms).unwrap_or(i64::MAX));
     if let Some(max) = s.max_duration_ms {

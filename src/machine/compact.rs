@@ -94,6 +94,8 @@ impl Machine<'_> {
         let mut next = self.state.clone();
         next.steps = number;
         next.input_tokens += response.usage.input;
+        next.cached_input_tokens += response.usage.cached;
+        next.cache_write_tokens += response.usage.cache_write;
         next.output_tokens += response.usage.output;
         next.last_input = 0;
         next.cost_usd += self
@@ -230,6 +232,7 @@ mod tests {
                 input: 900,
                 output: 10,
                 cached: 0,
+                cache_write: 0,
             },
             stop: StopReason::EndTurn,
             model: "script:s".into(),

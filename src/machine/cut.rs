@@ -109,6 +109,7 @@ mod tests {
                 input: 100,
                 output: 50,
                 cached: 0,
+                cache_write: 0,
             },
             stop: StopReason::MaxTokens,
             model: "script:s".into(),
@@ -187,7 +188,8 @@ mod tests {
                     usage: Usage {
                         input: 200,
                         output: 100,
-                        cached: 0
+                        cached: 0,
+                        cache_write: 0,
                     },
                     ..cut_turn("second")
                 }

@@ -26,6 +26,8 @@ impl Machine<'_> {
         let mut next = self.state.clone();
         next.steps = number;
         next.input_tokens += response.usage.input;
+        next.cached_input_tokens += response.usage.cached;
+        next.cache_write_tokens += response.usage.cache_write;
         next.output_tokens += response.usage.output;
         next.last_input = response.usage.input;
         next.cost_usd += self

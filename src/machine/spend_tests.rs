@@ -44,6 +44,7 @@ fn answer(model: &str) -> ModelResponse {
             input: 1_000_000,
             output: 100_000,
             cached: 600_000,
+            cache_write: 0,
         },
         stop: ModelStop::EndTurn,
         model: model.into(),
@@ -101,6 +102,7 @@ fn the_cost_guard_stops_like_the_step_guard_and_the_request_says_what_is_left() 
                 input: 1.0,
                 output: 1.0,
                 cached_input: None,
+                cache_write: None,
             }),
         },
     };

@@ -11,6 +11,12 @@ pub struct LoopState {
     pub steps: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's prompt cache and those written
+    /// to it (issue 23).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// Failed calls per tool (any arguments), for withdrawing a tool.
     pub tool_failures: BTreeMap<String, u32>,
     /// Failed calls per (tool, args digest), for the circuit breaker.

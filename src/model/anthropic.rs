@@ -6,7 +6,7 @@
 //! messages become one user message), and there is no system role inside `messages`.
 
 use super::output::{ANSWER_TOOL, OutputSpec};
-use super::settings::{Delta, ModelSettings, ToolChoice};
+use super::settings::{CacheTtl, Delta, ModelSettings, ToolChoice};
 use super::sse::SseEvent;
 use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
@@ -31,6 +31,8 @@ pub struct AnthropicConfig {
     pub stream: bool,
     pub temperature: Option<f64>,
     pub tool_choice: Option<ToolChoice>,
+    /// `cache_control` breakpoints with this lifetime; `None`: none (issue 23).
+    pub prompt_cache: Option<CacheTtl>,
 }
 
 pub struct Anthropic {
@@ -40,6 +42,7 @@ pub struct Anthropic {
     stream: bool,
     temperature: Option<f64>,
     tool_choice: Option<ToolChoice>,
+    prompt_cache: Option<CacheTtl>,
 }
 
 impl std::fmt::Debug for Anthropic {
@@ -78,6 +81,7 @@ impl Anthropic {
             stream: config.stream,
             temperature: config.temperature,
             tool_choice: config.tool_choice,
+            prompt_cache: config.prompt_cache,
         })
     }
 
@@ -92,7 +96,7 @@ impl Anthropic {
 
     /// One attempt.
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let mut body = request_body(&self.model, req);
+        let mut body = request_body(&self.model, req, self.prompt_cache);
         if let Some(t) = self.temperature {
             body["temperature"] = json!(t);
         }
@@ -388,27 +392,45 @@ fn config_from(
         stream: settings.stream,
         temperature: settings.temperature,
         tool_choice: settings.tool_choice.clone(),
+        // On unless the task says `prompt_cache = false`.
+        prompt_cache: (settings.prompt_cache != Some(false)).then_some(settings.prompt_cache_ttl),
     })
 }
 
 // ---- request ---------------------------------------------------------------------
 
-fn request_body(model: &str, req: &ModelRequest<'_>) -> Value {
-    let (system, messages) = translate(req);
+/// The request; with `cache`, two `cache_control` breakpoints (issue 23): one on the
+/// system prompt (or the last tool, without one), which caches the tools and the
+/// system prompt — the same bytes at every step of a run — and one on the newest
+/// block of the transcript, before the per-step note, so the next step reads
+/// everything up to it from the cache and pays only for what is new.
+fn request_body(model: &str, req: &ModelRequest<'_>, cache: Option<CacheTtl>) -> Value {
+    let marker = cache.map(|ttl| match ttl {
+        CacheTtl::FiveMinutes => json!({"type": "ephemeral"}),
+        CacheTtl::OneHour => json!({"type": "ephemeral", "ttl": "1h"}),
+    });
+    let (system, messages) = translate(req, marker.as_ref());
     let mut body = json!({
         "model": model,
         "max_tokens": req.max_output_tokens,
         "messages": messages,
     });
-    if !system.is_empty() {
-        body["system"] = Value::String(system);
-    }
     if !req.tools.is_empty() {
-        body["tools"] = req
+        let mut tools: Vec<Value> = req
             .tools
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
             .collect();
+        if let (Some(m), true, Some(last)) = (&marker, system.is_empty(), tools.last_mut()) {
+            last["cache_control"] = m.clone();
+        }
+        body["tools"] = Value::Array(tools);
+    }
+    if !system.is_empty() {
+        body["system"] = match &marker {
+            Some(m) => json!([{"type": "text", "text": system, "cache_control": m}]),
+            None => Value::String(system),
+        };
     }
     body
 }
@@ -419,7 +441,7 @@ fn request_body(model: &str, req: &ModelRequest<'_>) -> Value {
 /// the instructions and are appended to the top-level `system` field. Later ones (a
 /// nudge the runner adds mid-run) become user text at their place, because their
 /// timing is their meaning and `system` has no position.
-fn translate(req: &ModelRequest<'_>) -> (String, Vec<Value>) {
+fn translate(req: &ModelRequest<'_>, marker: Option<&Value>) -> (String, Vec<Value>) {
     let mut system: Vec<&str> = Vec::new();
     if !req.system.is_empty() {
         system.push(req.system);
@@ -437,6 +459,15 @@ fn translate(req: &ModelRequest<'_>) -> (String, Vec<Value>) {
     let mut out = Turns::default();
     for m in &req.messages[leading..] {
         out.push(m);
+    }
+    if let Some(m) = marker
+        && let Some(block) = out
+            .0
+            .last_mut()
+            .and_then(|msg| msg["content"].as_array_mut())
+            .and_then(|blocks| blocks.last_mut())
+    {
+        block["cache_control"] = m.clone();
     }
     // Last, after the tool results, so the request's prefix is the same at every step.
     out.push(&Message::text(Role::User, req.note));
@@ -533,15 +564,15 @@ impl WireUsage {
     /// Anthropic's `input_tokens` leaves out tokens written to or read from the cache;
     /// OpenAI's `prompt_tokens` includes them. Neutral `input` means the whole prompt (as
     /// OpenAI does), so token budgets mean the same on both; `cached` is the part read
-    /// from the cache.
+    /// from the cache, `cache_write` the part written to it.
     fn neutral(self) -> Usage {
         let cached = self.cache_read_input_tokens.unwrap_or(0);
+        let cache_write = self.cache_creation_input_tokens.unwrap_or(0);
         Usage {
-            input: self.input_tokens.unwrap_or(0)
-                + self.cache_creation_input_tokens.unwrap_or(0)
-                + cached,
+            input: self.input_tokens.unwrap_or(0) + cache_write + cached,
             output: self.output_tokens.unwrap_or(0),
             cached,
+            cache_write,
         }
     }
 }
@@ -592,6 +623,7 @@ mod tests {
             system,
             messages,
             note: "",
+            cache_key: "",
             tools,
             max_output_tokens: 512,
             live: None,
@@ -631,7 +663,7 @@ mod tests {
             description: "Search".into(),
             input_schema: json!({"type": "object"}),
         }];
-        let body = request_body("claude", &req("sys", &msgs, &tools));
+        let body = request_body("claude", &req("sys", &msgs, &tools), None);
         assert_eq!(
             body,
             json!({
@@ -665,7 +697,7 @@ mod tests {
             Message::tool_result("a", json!(1), false),
             Message::text(Role::System, "you are repeating yourself"),
         ];
-        let body = request_body("m", &req("base", &msgs, &[]));
+        let body = request_body("m", &req("base", &msgs, &[]), None);
         assert_eq!(body["system"], "base\n\nstored prompt");
         assert_eq!(body["messages"].as_array().unwrap().len(), 3);
         assert_eq!(
@@ -681,7 +713,7 @@ mod tests {
     fn no_system_field_when_there_is_none() {
         let msgs = [Message::text(Role::User, "hi")];
         assert!(
-            request_body("m", &req("", &msgs, &[]))
+            request_body("m", &req("", &msgs, &[]), None)
                 .get("system")
                 .is_none()
         );
@@ -708,7 +740,8 @@ mod tests {
             Usage {
                 input: 115,
                 output: 3,
-                cached: 100
+                cached: 100,
+                cache_write: 5,
             }
         );
         let msg = neutral(resp.content);

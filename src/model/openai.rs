@@ -33,6 +33,8 @@ pub struct OpenAiConfig {
     pub stream: bool,
     pub temperature: Option<f64>,
     pub tool_choice: Option<ToolChoice>,
+    /// `prompt_cache`: `None` sends `prompt_cache_key` only to api.openai.com.
+    pub prompt_cache: Option<bool>,
 }
 
 /// Which field carries the output-token cap.
@@ -71,6 +73,9 @@ pub struct OpenAi {
     stream: bool,
     temperature: Option<f64>,
     tool_choice: Option<ToolChoice>,
+    /// Send the run id as `prompt_cache_key` (issue 23): requests of one run then
+    /// reach the same cache. Unknown to other servers, so off for them by default.
+    cache_key: bool,
 }
 
 impl std::fmt::Debug for OpenAi {
@@ -110,8 +115,12 @@ impl OpenAi {
             headers.insert(name, value);
         }
         let http = Http::new(PROVIDER, config.timeouts, headers, config.api_key)?.scrub_url(&url);
+        let cache_key = config
+            .prompt_cache
+            .unwrap_or(url.host_str() == Some("api.openai.com"));
         Ok(OpenAi {
             model: config.model,
+            cache_key,
             token_field: TokenField::for_url(&url),
             url,
             http,
@@ -133,6 +142,9 @@ impl OpenAi {
     /// One attempt.
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let mut body = request_body(&self.model, self.token_field, req);
+        if self.cache_key && !req.cache_key.is_empty() {
+            body["prompt_cache_key"] = json!(req.cache_key);
+        }
         if let Some(t) = self.temperature {
             body["temperature"] = json!(t);
         }
@@ -219,6 +231,7 @@ struct StreamAcc {
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<String>,
     usage: Option<WireUsage>,
+    timings: Option<Timings>,
 }
 
 #[derive(Default)]
@@ -244,6 +257,9 @@ impl StreamAcc {
         }
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
             self.usage = serde_json::from_value(u.clone()).ok();
+        }
+        if let Some(t) = chunk.get("timings").filter(|t| !t.is_null()) {
+            self.timings = serde_json::from_value(t.clone()).ok();
         }
         let Some(choice) = chunk["choices"].as_array().and_then(|c| c.first()) else {
             return Ok(Flow::More);
@@ -295,7 +311,7 @@ impl StreamAcc {
             });
         }
         let stop = finish_reason(self.finish.as_deref());
-        let usage = self.usage.map(WireUsage::neutral).unwrap_or_default();
+        let usage = neutral_usage(self.usage, self.timings);
         (
             Message {
                 role: Role::Assistant,
@@ -362,6 +378,7 @@ fn config_from(
         stream: settings.stream,
         temperature: settings.temperature,
         tool_choice: settings.tool_choice.clone(),
+        prompt_cache: settings.prompt_cache,
     }
 }
 
@@ -487,6 +504,34 @@ struct ChatResponse {
     /// Some proxies answer 200 with an error object instead of choices.
     #[serde(default)]
     error: Option<Value>,
+    /// llama.cpp's own count of the prompt: evaluated and taken from its cache.
+    #[serde(default)]
+    timings: Option<Timings>,
+}
+
+/// llama.cpp's `timings`: `prompt_n` tokens evaluated, `cache_n` reused from its KV
+/// cache (the OpenAI-style usage of that server has no cached count).
+#[derive(Deserialize)]
+struct Timings {
+    #[serde(default)]
+    prompt_n: Option<u64>,
+    #[serde(default)]
+    cache_n: Option<u64>,
+}
+
+/// The neutral usage from the `usage` object and, where a server sends them,
+/// llama.cpp's `timings` (which say what came from its cache).
+fn neutral_usage(usage: Option<WireUsage>, timings: Option<Timings>) -> Usage {
+    let mut out = usage.map(WireUsage::neutral).unwrap_or_default();
+    if let Some(t) = timings
+        && let Some(cache_n) = t.cache_n
+        && out.cached == 0
+    {
+        out.cached = cache_n;
+        // The prompt is what was evaluated plus what was reused.
+        out.input = out.input.max(cache_n + t.prompt_n.unwrap_or(0));
+    }
+    out
 }
 
 #[derive(Deserialize)]
@@ -539,7 +584,7 @@ struct PromptDetails {
 
 impl ChatResponse {
     fn into_parts(self) -> Result<(Message, StopReason, Usage), String> {
-        let usage = self.usage.map(WireUsage::neutral).unwrap_or_default();
+        let usage = neutral_usage(self.usage, self.timings);
         let Some(choice) = self.choices.into_iter().next() else {
             let why = self.error.map(|e| format!(": {e}")).unwrap_or_default();
             return Err(format!("no choices in the response{why}"));
@@ -625,6 +670,7 @@ impl WireUsage {
             input: self.prompt_tokens.unwrap_or(0),
             output: self.completion_tokens.unwrap_or(0),
             cached: cached.unwrap_or(0),
+            cache_write: 0,
         }
     }
 }
@@ -643,6 +689,7 @@ mod tests {
             system,
             messages,
             note: "",
+            cache_key: "",
             tools,
             max_output_tokens: 256,
             live: None,
@@ -762,7 +809,8 @@ mod tests {
             Usage {
                 input: 4,
                 output: 100,
-                cached: 2
+                cached: 2,
+                cache_write: 0,
             }
         );
     }

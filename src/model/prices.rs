@@ -18,23 +18,35 @@ pub struct Price {
     /// Input tokens read from the prompt cache; `None`: priced as input.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input: Option<f64>,
+    /// Input tokens written to the prompt cache (Anthropic: 1.25× input for the
+    /// 5-minute cache); `None`: priced as input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
 }
 
 impl Price {
-    /// The cost in USD of one call's usage (`usage.input` includes the cached part).
+    /// The cost in USD of one call's usage (`usage.input` includes the cached part and
+    /// the part written to the cache, each at its own price).
     pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cached.min(usage.input);
-        let fresh = usage.input - cached;
+        let written = usage.cache_write.min(usage.input - cached);
+        let fresh = usage.input - cached - written;
         let cached_price = self.cached_input.unwrap_or(self.input);
+        let write_price = self.cache_write.unwrap_or(self.input);
         (fresh as f64 * self.input
             + cached as f64 * cached_price
+            + written as f64 * write_price
             + usage.output as f64 * self.output)
             / 1_000_000.0
     }
 
     pub fn validate(&self) -> Result<(), String> {
         let ok = |v: f64| v.is_finite() && v >= 0.0;
-        if ok(self.input) && ok(self.output) && self.cached_input.is_none_or(ok) {
+        if ok(self.input)
+            && ok(self.output)
+            && self.cached_input.is_none_or(ok)
+            && self.cache_write.is_none_or(ok)
+        {
             Ok(())
         } else {
             Err("`price` values must be numbers of USD per million tokens, 0 or more".into())
@@ -42,11 +54,23 @@ impl Price {
     }
 }
 
+/// OpenAI: cache reads at their price, no write premium.
 const fn p(input: f64, cached_input: f64, output: f64) -> Price {
     Price {
         input,
         output,
         cached_input: Some(cached_input),
+        cache_write: None,
+    }
+}
+
+/// Anthropic: reads at 0.1× input, 5-minute cache writes at 1.25× input.
+const fn a(input: f64, output: f64) -> Price {
+    Price {
+        input,
+        output,
+        cached_input: Some(input / 10.0),
+        cache_write: Some(input * 1.25),
     }
 }
 
@@ -63,12 +87,12 @@ const PRICES: &[(&str, Price)] = &[
     ("o4-mini", p(1.10, 0.275, 4.40)),
     ("o3-mini", p(1.10, 0.55, 4.40)),
     ("o3", p(2.00, 0.50, 8.00)),
-    ("claude-opus-4-1", p(15.00, 1.50, 75.00)),
-    ("claude-opus-4", p(15.00, 1.50, 75.00)),
-    ("claude-sonnet-4", p(3.00, 0.30, 15.00)),
-    ("claude-3-7-sonnet", p(3.00, 0.30, 15.00)),
-    ("claude-3-5-haiku", p(0.80, 0.08, 4.00)),
-    ("claude-haiku-4-5", p(1.00, 0.10, 5.00)),
+    ("claude-opus-4-1", a(15.00, 75.00)),
+    ("claude-opus-4", a(15.00, 75.00)),
+    ("claude-sonnet-4", a(3.00, 15.00)),
+    ("claude-3-7-sonnet", a(3.00, 15.00)),
+    ("claude-3-5-haiku", a(0.80, 4.00)),
+    ("claude-haiku-4-5", a(1.00, 5.00)),
 ];
 
 /// The shipped list price for a model name (a spec's model part, any `org/` prefix
@@ -118,6 +142,7 @@ mod tests {
             input: 1_000_000,
             output: 100_000,
             cached: 400_000,
+            cache_write: 0,
         };
         let mini = list_price("gpt-4o-mini-2024-07-18").unwrap();
         // 600k fresh × 0.15 + 400k cached × 0.075 + 100k out × 0.60, per million.
@@ -141,12 +166,14 @@ mod tests {
                 input: 1.0,
                 output: 2.0,
                 cached_input: None,
+                cache_write: None,
             }),
         };
         let usage = Usage {
             input: 500_000,
             output: 250_000,
             cached: 100_000,
+            cache_write: 0,
         };
         assert_eq!(given.cost("script:s.json", &usage), 1.0);
     }

@@ -299,6 +299,7 @@ mod tests {
             system: "",
             messages,
             note: "",
+            cache_key: "",
             tools: &[],
             max_output_tokens: 64,
             live: None,
@@ -381,6 +382,7 @@ mod tests {
             stream: true,
             temperature: None,
             tool_choice: None,
+            prompt_cache: None,
         };
         Provider::OpenAi(crate::model::openai::OpenAi::new(config).unwrap())
     }

@@ -192,6 +192,7 @@ impl ScriptModel {
                 input: (bytes as u64).div_ceil(4),
                 output: (text.len() as u64).div_ceil(4),
                 cached: 0,
+                cache_write: 0,
             },
             message: Message::text(Role::Assistant, text),
             stop: StopReason::EndTurn,
@@ -225,6 +226,7 @@ impl ScriptModel {
                 input: turn.usage.input,
                 output: turn.usage.output,
                 cached: 0,
+                cache_write: 0,
             },
             stop,
             model: self.name(),
@@ -294,6 +296,7 @@ mod tests {
             system: "",
             messages,
             note: "",
+            cache_key: "",
             tools: &[],
             max_output_tokens: 1024,
             live: None,
@@ -327,7 +330,8 @@ mod tests {
             Usage {
                 input: 10,
                 output: 2,
-                cached: 0
+                cached: 0,
+                cache_write: 0,
             }
         );
         assert_eq!(first.stop, StopReason::ToolUse);

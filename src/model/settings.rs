@@ -106,6 +106,41 @@ pub struct ModelSettings {
     /// Time budget for the whole run: wall-clock time it is driven, across resumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_duration_ms: Option<u64>,
+    /// Prompt-cache hints (issue 23): `None` = Anthropic's `cache_control` on, OpenAI's
+    /// `prompt_cache_key` only at api.openai.com; `Some(true)` = both everywhere;
+    /// `Some(false)` = neither.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<bool>,
+    /// How long Anthropic keeps a cache entry.
+    #[serde(skip_serializing_if = "CacheTtl::is_default")]
+    pub prompt_cache_ttl: CacheTtl,
+}
+
+/// Anthropic's cache lifetimes: 5 minutes (the default; writes cost 1.25× input) or an
+/// hour (2×).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheTtl {
+    #[default]
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[serde(rename = "1h")]
+    OneHour,
+}
+
+impl CacheTtl {
+    pub fn parse(s: &str) -> Result<CacheTtl, String> {
+        match s.trim() {
+            "5m" => Ok(CacheTtl::FiveMinutes),
+            "1h" => Ok(CacheTtl::OneHour),
+            other => Err(format!(
+                "`prompt_cache_ttl` = \"{other}\" is not one of \"5m\", \"1h\" (the lifetimes Anthropic offers)"
+            )),
+        }
+    }
+
+    fn is_default(&self) -> bool {
+        *self == CacheTtl::FiveMinutes
+    }
 }
 
 impl Default for ModelSettings {
@@ -129,6 +164,8 @@ impl Default for ModelSettings {
             price: None,
             max_cost: None,
             max_duration_ms: None,
+            prompt_cache: None,
+            prompt_cache_ttl: CacheTtl::FiveMinutes,
         }
     }
 }
@@ -189,6 +226,8 @@ pub struct SettingsInput {
     pub price: Option<Price>,
     pub max_cost: Option<f64>,
     pub max_duration: Option<Duration>,
+    pub prompt_cache: Option<bool>,
+    pub prompt_cache_ttl: Option<CacheTtl>,
 }
 
 impl SettingsInput {
@@ -231,6 +270,12 @@ impl SettingsInput {
         }
         if let Some(v) = self.max_duration {
             s.max_duration_ms = Some(ms(v));
+        }
+        if let Some(v) = self.prompt_cache {
+            s.prompt_cache = Some(v);
+        }
+        if let Some(v) = self.prompt_cache_ttl {
+            s.prompt_cache_ttl = v;
         }
         for (from, to) in [
             (self.backoff, &mut s.backoff_ms),

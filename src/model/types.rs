@@ -113,9 +113,18 @@ impl Message {
 pub struct Usage {
     pub input: u64,
     pub output: u64,
-    /// Input tokens served from the provider's prompt cache, where reported.
+    /// Input tokens served from the provider's prompt cache, where reported (part of
+    /// `input`).
     #[serde(default)]
     pub cached: u64,
+    /// Input tokens written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`, priced at the write premium; part of `input`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -127,6 +136,12 @@ impl Usage {
         self.input += other.input;
         self.output += other.output;
         self.cached += other.cached;
+        self.cache_write += other.cache_write;
+    }
+
+    /// The share of input tokens read from the cache, 0 to 1; `None` without input.
+    pub fn cache_hit_ratio(&self) -> Option<f64> {
+        (self.input > 0).then(|| self.cached.min(self.input) as f64 / self.input as f64)
     }
 }
 
@@ -171,6 +186,9 @@ pub struct ModelRequest<'a> {
     /// agentrun's per-step note (budget, spend), sent after `messages` as user-role
     /// text: last, so everything before it can come from a prompt cache. Empty: none.
     pub note: &'a str,
+    /// What the provider may group cached prompts by (the run id; OpenAI's
+    /// `prompt_cache_key`). Empty: none.
+    pub cache_key: &'a str,
     pub tools: &'a [ToolSpec],
     /// Output-token cap per response (Anthropic requires one).
     pub max_output_tokens: u32,
@@ -202,6 +220,7 @@ impl std::fmt::Debug for ModelRequest<'_> {
             .field("system", &self.system)
             .field("messages", &self.messages)
             .field("note", &self.note)
+            .field("cache_key", &self.cache_key)
             .field("tools", &self.tools)
             .field("max_output_tokens", &self.max_output_tokens)
             .field("live", &self.live.is_some())

@@ -495,7 +495,46 @@ pub fn describe_event(e: &TraceEvent) -> String {
                 .unwrap_or_default();
             format!("hook {hook}{on}: {decision}{why}{input}")
         }
+        TraceEvent::ModelUsage {
+            model,
+            input,
+            cached_input,
+            cache_write,
+            output,
+            cost_usd,
+        } => {
+            let ratio = hit_ratio(*input, *cached_input)
+                .map(|r| format!(" ({r} from the cache)"))
+                .unwrap_or_default();
+            let written = if *cache_write > 0 {
+                format!(", {cache_write} written to the cache")
+            } else {
+                String::new()
+            };
+            let cost = if *cost_usd > 0.0 {
+                format!(", {}", crate::machine::state::usd(*cost_usd))
+            } else {
+                String::new()
+            };
+            format!("{model}: {input} tokens in{ratio}{written}, {output} out{cost}")
+        }
     }
+}
+
+/// The run's prompt-cache figures (issue 23), for the `runs show` header.
+pub fn cache_line(input: u64, cached: u64, written: u64) -> String {
+    let ratio = hit_ratio(input, cached).unwrap_or_else(|| "0%".into());
+    let written = if written > 0 {
+        format!(", {written} written to it")
+    } else {
+        String::new()
+    };
+    format!("{ratio} of {input} input tokens read from the prompt cache{written}")
+}
+
+/// The cache hit ratio as people read it, `87%`; `None` without input.
+pub fn hit_ratio(input: u64, cached: u64) -> Option<String> {
+    (input > 0).then(|| format!("{:.0}%", cached.min(input) as f64 * 100.0 / input as f64))
 }
 
 /// `850 ms`, `2.5 s`: waits as people read them.

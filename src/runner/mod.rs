@@ -290,6 +290,7 @@ impl Drive<'_> {
             // Started by `Runner::run`, which keeps it running alongside others.
             Effect::RunCall(_) => {}
             Effect::RecordModelTurn { step, response } => {
+                self.events.emit(usage_event(r, &response));
                 store.record_model_turn(lease, step, &response, &self.events.take())?;
                 fault::point("after_model_stored");
             }
@@ -372,6 +373,7 @@ impl Drive<'_> {
             system: &ask.system,
             messages,
             note: &ask.note,
+            cache_key: r.run_id().as_str(),
             tools: &ask.tools,
             max_output_tokens,
             live: Some(&live),
@@ -606,5 +608,20 @@ impl Drive<'_> {
             cost_usd: state.cost_usd,
             structured: self.runner.resolved.snapshot.output.is_some(),
         }
+    }
+}
+
+/// A step's usage and cost for its trace (issue 23: `runs show` gives the cache hit
+/// ratio per step from these), priced as the machine prices it.
+fn usage_event(r: &Runner, response: &model::ModelResponse) -> crate::trace::TraceEvent {
+    let u = &response.usage;
+    let pricing = r.resolved.snapshot.settings.pricing();
+    crate::trace::TraceEvent::ModelUsage {
+        model: response.model.clone(),
+        input: u.input,
+        cached_input: u.cached,
+        cache_write: u.cache_write,
+        output: u.output,
+        cost_usd: pricing.cost(&response.model, u),
     }
 }

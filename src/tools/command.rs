@@ -75,7 +75,7 @@ pub async fn run_hook(
     input: &Value,
     ctx: &CallContext<'_>,
 ) -> Result<HookExit, ToolError> {
-    let (mut cmd, secrets) = build(spec, ctx)?;
+    let (mut cmd, secrets) = build(spec, name, ctx)?;
     descendants::become_subreaper();
     let run = Run {
         name,

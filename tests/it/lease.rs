@@ -67,6 +67,7 @@ fn response() -> ModelResponse {
             input: 1,
             output: 1,
             cached: 0,
+            cache_write: 0,
         },
         stop: StopReason::EndTurn,
         model: "script:x".into(),

@@ -66,6 +66,7 @@ impl Api {
                     stream: false,
                     temperature: None,
                     tool_choice: None,
+                    prompt_cache: None,
                 })
                 .unwrap(),
             ),
@@ -96,6 +97,7 @@ fn openai(base: &str, key: Option<&str>, model: &str, timeout: Duration) -> Prov
             stream: false,
             temperature: None,
             tool_choice: None,
+            prompt_cache: None,
         })
         .unwrap(),
     )
@@ -182,6 +184,7 @@ fn request<'a>(
         system,
         messages,
         note: "",
+        cache_key: "",
         tools,
         max_output_tokens: max,
         live: None,
@@ -287,6 +290,7 @@ impl Expected {
                     .as_u64()
                     .or(u["cached_tokens"].as_u64())
                     .unwrap_or(0),
+                cache_write: 0,
             },
             stop: match body["choices"][0]["finish_reason"].as_str().unwrap() {
                 "stop" => StopReason::EndTurn,
@@ -316,6 +320,7 @@ impl Expected {
                     + n("cache_read_input_tokens"),
                 output: n("output_tokens"),
                 cached: n("cache_read_input_tokens"),
+                cache_write: 0,
             },
             stop: match body["stop_reason"].as_str().unwrap() {
                 "end_turn" => StopReason::EndTurn,
@@ -646,7 +651,8 @@ async fn parallel_calls_are_pinned_by_hand() {
             Usage {
                 input: 75,
                 output: 53,
-                cached: 0
+                cached: 0,
+                cache_write: 0,
             },
             StopReason::ToolUse
         )
@@ -683,7 +689,8 @@ async fn parallel_calls_are_pinned_by_hand() {
             Usage {
                 input: 423,
                 output: 202,
-                cached: 0
+                cached: 0,
+                cache_write: 0,
             },
             StopReason::ToolUse
         )
@@ -1355,6 +1362,7 @@ fn configs_do_not_print_their_keys() {
         stream: true,
         temperature: None,
         tool_choice: None,
+        prompt_cache: None,
     };
     assert!(!format!("{config:?}").contains(OPENAI_KEY));
     let config = AnthropicConfig {
@@ -1365,6 +1373,7 @@ fn configs_do_not_print_their_keys() {
         stream: true,
         temperature: None,
         tool_choice: None,
+        prompt_cache: None,
     };
     assert!(!format!("{config:?}").contains(ANTHROPIC_KEY));
 }

@@ -291,10 +291,12 @@ fn an_anthropic_run_calls_a_tool_and_completes_with_the_recorded_answer() {
     let messages = bodies[1]["messages"].as_array().unwrap();
     let last = messages.last().unwrap();
     assert_eq!(last["role"], "user", "{messages:#?}");
+    // The newest block of the transcript carries the cache breakpoint (issue 23).
     assert_eq!(
         last["content"][0],
         json!({"type": "tool_result", "tool_use_id": call_id,
-                "content": "The cake is a lie.", "is_error": false})
+                "content": "The cake is a lie.", "is_error": false,
+                "cache_control": {"type": "ephemeral"}})
     );
     // Then the budget note, last (issue 23).
     assert!(

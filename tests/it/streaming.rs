@@ -39,6 +39,7 @@ fn provider(api: Api, base: &str, timeouts: Timeouts) -> Provider {
                 stream: true,
                 temperature: None,
                 tool_choice: None,
+                prompt_cache: None,
             })
             .unwrap(),
         ),
@@ -51,6 +52,7 @@ fn provider(api: Api, base: &str, timeouts: Timeouts) -> Provider {
                 stream: true,
                 temperature: None,
                 tool_choice: None,
+                prompt_cache: None,
             })
             .unwrap(),
         ),
@@ -91,6 +93,7 @@ async fn ask(p: &Provider, live: &Seen) -> Result<ModelResponse, ModelError> {
         system: "",
         messages: &msgs,
         note: "",
+        cache_key: "",
         tools: &[],
         max_output_tokens: 64,
         live: Some(live),
@@ -161,7 +164,8 @@ async fn openai_08_parallel_tool_call_deltas_are_assembled_with_usage_from_the_s
         Usage {
             input: 75,
             output: 53,
-            cached: 0
+            cached: 0,
+            cache_write: 0,
         }
     );
     let calls: Vec<Delta> = seen.0.lock().unwrap().clone();
@@ -274,6 +278,7 @@ async fn settings_reach_the_wire_for_both_apis() {
                     stream: true,
                     temperature: Some(0.25),
                     tool_choice: Some(ToolChoice::Tool("lookup".into())),
+                    prompt_cache: None,
                 })
                 .unwrap(),
             ),
@@ -286,6 +291,7 @@ async fn settings_reach_the_wire_for_both_apis() {
                     stream: true,
                     temperature: Some(0.25),
                     tool_choice: Some(ToolChoice::Tool("lookup".into())),
+                    prompt_cache: None,
                 })
                 .unwrap(),
             ),
@@ -300,6 +306,7 @@ async fn settings_reach_the_wire_for_both_apis() {
                 system: "",
                 messages: &[Message::text(Role::User, "hi")],
                 note: "",
+                cache_key: "",
                 tools: &tools,
                 max_output_tokens: 7,
                 live: None,
@@ -451,6 +458,7 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
         system: "",
         messages: &msgs,
         note: "",
+        cache_key: "",
         tools: &[],
         max_output_tokens: 64,
         live: Some(&seen),
@@ -599,6 +607,7 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
         system: "",
         messages: &msgs,
         note: "",
+        cache_key: "",
         tools: &[],
         max_output_tokens: 64,
         live: None,

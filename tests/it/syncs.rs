@@ -151,6 +151,7 @@ fn calling(step: u32) -> ModelResponse {
             input: 10,
             output: 2,
             cached: 0,
+            cache_write: 0,
         },
         stop: StopReason::ToolUse,
         model: "script:x".into(),
