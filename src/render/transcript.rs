@@ -183,7 +183,10 @@ fn render_step(v: &RunView<'_>, step: u32, s: Style) -> String {
         .filter(|e| e.step == step)
         .map(|e| &e.event)
         .collect();
-    for e in events.iter().filter(|e| call_of(e).is_none()) {
+    for e in events
+        .iter()
+        .filter(|e| call_of(e).is_none() && !silent_usage(e))
+    {
         out.push_str(&event_line(e, 2, s));
     }
     let results = results_by_call(&messages);
@@ -519,6 +522,19 @@ pub fn describe_event(e: &TraceEvent) -> String {
             format!("{model}: {input} tokens in{ratio}{written}, {output} out{cost}")
         }
     }
+}
+
+/// A step's usage without any prompt-cache figure (a scripted model, a server that
+/// reports none) says nothing the header does not: not a line of its own.
+fn silent_usage(e: &TraceEvent) -> bool {
+    matches!(
+        e,
+        TraceEvent::ModelUsage {
+            cached_input: 0,
+            cache_write: 0,
+            ..
+        }
+    )
 }
 
 /// The run's prompt-cache figures (issue 23), for the `runs show` header.
