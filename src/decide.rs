@@ -117,6 +117,9 @@ pub fn decide(
     expected: Option<&str>,
 ) -> Result<EscalationRow, DecideError> {
     let e = store.escalation(id)?;
+    if e.status() == "cancelled" {
+        return Err(StoreError::EscalationCancelled(e.id.0).into());
+    }
     if !e.open {
         return Err(StoreError::AlreadyResolved(e.id.0).into());
     }

@@ -26,6 +26,11 @@ pub const POINTS: &[&str] = &[
     "after_commit",
 ];
 
+/// The points of a cancel (issue 21): inside the transaction that cancels a run nobody
+/// holds (rolled back), in `runs cancel` after it asked a live holder to stop, and in
+/// the holder after it read the request but before it stopped the run.
+pub const CANCEL_POINTS: &[&str] = &["inside_cancel", "after_cancel_requested", "cancel_seen"];
+
 #[cfg(debug_assertions)]
 pub fn point(name: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};

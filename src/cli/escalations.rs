@@ -100,7 +100,7 @@ pub fn summary_json(e: &EscalationRow) -> Value {
         "id": e.id.to_string(),
         "run_id": e.run_id.as_str(),
         "kind": e.kind.as_str(),
-        "status": if e.open { "open" } else { "resolved" },
+        "status": e.status(),
         "summary": e.summary,
         "created_at": rfc3339(e.created_at),
     })
@@ -130,7 +130,7 @@ fn print_list(cli: &Cli, rows: &[EscalationRow], all: bool, db: &Path) -> anyhow
                 e.id.to_string(),
                 e.run_id.to_string(),
                 e.kind.as_str().to_string(),
-                if e.open { "open" } else { "resolved" }.to_string(),
+                e.status().to_string(),
                 age(now, e.created_at),
             ],
             text: e.summary.lines().next().unwrap_or(""),
@@ -174,13 +174,7 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         output::print_json(&v)?;
         return Ok(Exit::Completed);
     }
-    writeln!(
-        o,
-        "escalation {}  {}  {}",
-        e.id,
-        e.kind,
-        if e.open { "open" } else { "resolved" }
-    )?;
+    writeln!(o, "escalation {}  {}  {}", e.id, e.kind, e.status())?;
     writeln!(
         o,
         "run {} (step {}), raised {}",

@@ -1,6 +1,7 @@
 //! The command line: argument definitions (their doc comments are the `--help` text),
 //! dispatch, and the one place that maps outcomes and errors to exit codes.
 
+mod cancel;
 mod completions;
 mod escalations;
 mod init;
@@ -31,6 +32,8 @@ pub enum Exit {
     BadInput = 2,
     NeedsHuman = 3,
     Guard = 4,
+    /// The run was cancelled (`agentrun runs cancel`): final (issue 21).
+    Cancelled = 5,
     Interrupted = 130,
 }
 
@@ -42,6 +45,7 @@ impl Exit {
             RunStatus::AwaitingApproval | RunStatus::Escalated => Exit::NeedsHuman,
             RunStatus::BudgetExhausted => Exit::Guard,
             RunStatus::Interrupted => Exit::Interrupted,
+            RunStatus::Cancelled => Exit::Cancelled,
         }
     }
 

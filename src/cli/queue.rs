@@ -12,28 +12,26 @@
 //! run it heartbeats the lease every TTL/4; every write is fenced by the lease's
 //! token, so a worker that was taken over cannot write late.
 //!
-//! SIGTERM (or Ctrl-C) stops claiming; each run in progress is given up to `--grace`
-//! to finish the step it is in (the worker watches the run's checkpoint and stops the
-//! run as soon as it advances, so no new step begins), then goes back to the queue
-//! (`queued`, lease released) and another worker continues it from that step, without
-//! waiting for the TTL. A step still running after the grace is cut off, as when
-//! `start` is interrupted: its last committed step stands.
+//! SIGTERM (or Ctrl-C) stops claiming; each run in progress gets a stop request
+//! (issue 21): the machine ends the run at its next step boundary, so no new step
+//! begins, and the work in flight may finish within `--grace`; then the run goes back
+//! to the queue (`queued`, lease released) and another worker continues it from that
+//! step, without waiting for the TTL. Work still in flight after the grace is given
+//! up (the model request dropped, a tool's process group killed), as when `start` is
+//! interrupted: its last committed step stands. The slot loop and the lifecycle live
+//! in `runner/`; this module parses, starts the slots' threads and prints.
 
-use super::start::{StartArgs, prepare, shutdown_signal};
+use super::start::{StartArgs, prepare};
 use super::{BadInput, Cli, Exit, open_store, output};
-use crate::cli::progress::{Mode, Progress};
-use crate::clock::SystemClock;
 use crate::machine::state::LoopState;
 use crate::model::{Message, Role};
-use crate::runner::{RunError, Runner};
-use crate::setup;
-use crate::store::{Lease, NewRun, RunId, RunStatus, Store, StoreError};
+use crate::runner::lifecycle::shutdown_signal;
+use crate::runner::worker::{self, Report, SlotConfig};
+use crate::store::{NewRun, RunId, RunStatus};
 use anyhow::Context;
 use clap::Args;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 /// Take queued runs and drive them, up to N at once; runs whose worker died are taken
 /// over after the lease TTL.
@@ -108,12 +106,7 @@ pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
 }
 
 struct Ctx {
-    db: PathBuf,
-    name: String,
-    ttl: Duration,
-    poll: Duration,
-    grace: Duration,
-    until_idle: bool,
+    slot: SlotConfig,
     quiet: bool,
 }
 
@@ -134,19 +127,21 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     // Open once here so a bad --db is reported before any thread starts.
     drop(open_store(&cli.db_path(), true)?);
     let ctx = Arc::new(Ctx {
-        db: cli.db_path(),
-        name,
-        ttl,
-        poll,
-        grace,
-        until_idle: args.until_idle,
+        slot: SlotConfig {
+            db: cli.db_path(),
+            name,
+            ttl,
+            poll,
+            grace,
+            until_idle: args.until_idle,
+        },
         quiet: cli.quiet || cli.json,
     });
     if !ctx.quiet {
         crate::errln!(
             "agentrun: worker {} taking runs from {} ({} at once, lease TTL {})",
-            ctx.name,
-            super::open_store(&ctx.db, false)?.path().display(),
+            ctx.slot.name,
+            super::open_store(&ctx.slot.db, false)?.path().display(),
             args.concurrency,
             humantime::format_duration(ttl)
         );
@@ -174,13 +169,21 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(async {
+    let signalled = rt.block_on(async {
         tokio::select! {
-            _ = shutdown_signal() => {}
-            _ = done.notified() => {}
+            _ = shutdown_signal() => true,
+            _ = done.notified() => false,
         }
     });
     let _ = stop_tx.send(true);
+    if signalled && !ctx.quiet {
+        crate::errln!(
+            "agentrun: worker {} stopping: runs in progress stop at their next step boundary \
+             (work in flight may finish within {}), then go back to the queue",
+            ctx.slot.name,
+            args.grace
+        );
+    }
     let mut failed = None;
     for s in slots {
         if let Ok(Err(e)) = s.join() {
@@ -188,7 +191,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         }
     }
     if !ctx.quiet {
-        crate::errln!("agentrun: worker {} stopped", ctx.name);
+        crate::errln!("agentrun: worker {} stopped", ctx.slot.name);
     }
     match failed {
         Some(e) => Err(e),
@@ -196,143 +199,39 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// One slot: claim, drive, repeat, until told to stop (or, with --until-idle, until
-/// the queue is empty).
-fn slot(ctx: &Ctx, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
-    let store = Arc::new(open_store(&ctx.db, false)?.with_lease_ttl(ctx.ttl));
+/// One slot's thread: its own store connection and runtime, driving runs through the
+/// runner's slot loop; this prints what it reports.
+fn slot(ctx: &Ctx, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+    let store = Arc::new(open_store(&ctx.slot.db, false)?.with_lease_ttl(ctx.slot.ttl));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(async {
-        loop {
-            if *stop.borrow() {
-                return Ok(());
-            }
-            match store.claim(&ctx.name, ctx.ttl) {
-                Ok(Some(lease)) => drive(ctx, &store, lease, &mut stop).await,
-                Ok(None) => {
-                    if ctx.until_idle && store.queue_counts()? == (0, 0) {
-                        return Ok(());
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(ctx.poll) => {}
-                        _ = stop.changed() => {}
-                    }
-                }
-                Err(e) => {
-                    crate::errln!("agentrun: worker {}: cannot claim a run: {e}", ctx.name);
-                    tokio::select! {
-                        _ = tokio::time::sleep(ctx.poll.max(Duration::from_secs(1))) => {}
-                        _ = stop.changed() => {}
-                    }
-                }
-            }
-        }
-    })
+    let say = |id: &RunId, report: Report| say(ctx, id, report);
+    rt.block_on(worker::run_slot(&ctx.slot, store, stop, &say))?;
+    Ok(())
 }
 
-/// Drives one claimed run until it stops, or until the worker is told to stop (then
-/// the run goes back to the queue).
-async fn drive(
-    ctx: &Ctx,
-    store: &Arc<Store>,
-    lease: Lease,
-    stop: &mut tokio::sync::watch::Receiver<bool>,
-) {
-    let id = lease.run.clone();
-    let say = |line: String| {
-        if !ctx.quiet {
-            crate::errln!("agentrun: worker {}: run {id} {line}", ctx.name);
-        }
-    };
-    let runner = match runner_for(store, &lease) {
-        Ok(r) => r,
-        Err(e) => {
-            // The snapshot cannot be set up here (e.g. a tool missing on this machine):
-            // the run fails with the reason rather than bouncing between workers.
-            let reason = format!("worker {} cannot set the run up: {e:#}", ctx.name);
-            let _ = store.set_status(&lease, RunStatus::Failed, Some(&reason));
-            let _ = store.release(&lease);
-            say(format!("failed: {reason}"));
+/// The worker's line about a run a slot drove.
+fn say(ctx: &Ctx, id: &RunId, report: Report) {
+    let name = &ctx.slot.name;
+    let line = match report {
+        Report::ClaimFailed(e) => {
+            // Said even with --quiet: the worker cannot reach its queue.
+            crate::errln!("agentrun: worker {name}: cannot claim a run: {e}");
             return;
         }
+        Report::Stopped(o) if o.status == RunStatus::Queued => {
+            "handed back to the queue (worker stopping)".to_string()
+        }
+        Report::Stopped(o) => format!("{} after {} steps", o.status, o.steps),
+        Report::TakenOver => {
+            "was taken over by another worker; this one stopped writing to it".into()
+        }
+        Report::SetupFailed(reason) => format!("failed: {reason}"),
+        Report::Error(e) => format!("stopped ({e}); back in the queue"),
     };
-    let heartbeat = {
-        let (store, lease, every) = (store.clone(), lease.clone(), ctx.ttl / 4);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
-            loop {
-                tick.tick().await;
-                if store.heartbeat(&lease).is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    // The block ends the run's future (and with it any tool still running) before the
-    // lease is released below.
-    let result = {
-        let run = runner.run();
-        tokio::pin!(run);
-        let mut result = tokio::select! {
-            r = &mut run => Some(r),
-            _ = stop.changed() => None,
-        };
-        if result.is_none() {
-            // Stopping: let the current step finish (its checkpoint advances), up to the grace.
-            let begun = store.checkpoint(&id).map(|c| c.0).ok();
-            let deadline = tokio::time::Instant::now() + ctx.grace;
-            loop {
-                tokio::select! {
-                    r = &mut run => {
-                        result = Some(r);
-                        break;
-                    }
-                    _ = tokio::time::sleep(Duration::from_millis(20)) => {
-                        let now = store.checkpoint(&id).map(|c| c.0).ok();
-                        if now != begun || tokio::time::Instant::now() >= deadline {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        result
-    };
-    heartbeat.abort();
-    drop(runner);
-    match result {
-        Some(Ok(o)) => {
-            let _ = store.release(&lease);
-            say(format!("{} after {} steps", o.status, o.steps));
-        }
-        Some(Err(RunError::Store(StoreError::LeaseLost(_)))) => {
-            say("was taken over by another worker; this one stopped writing to it".into());
-        }
-        Some(Err(e)) => {
-            // A store or state error: hand it back, another worker (or this one) retries.
-            let _ = store.release_to_queue(&lease);
-            say(format!("stopped ({e}); back in the queue"));
-        }
-        None => {
-            let _ = store.release_to_queue(&lease);
-            say("handed back to the queue (worker stopping)".into());
-        }
+    if !ctx.quiet {
+        crate::errln!("agentrun: worker {name}: run {id} {line}");
     }
-}
-
-fn runner_for(store: &Arc<Store>, lease: &Lease) -> anyhow::Result<Runner> {
-    let row = store.run(&lease.run)?;
-    let snapshot = super::start::stored_snapshot(store, &lease.run)?;
-    let resolved = setup::resolve(snapshot)?;
-    Ok(Runner {
-        store: store.clone(),
-        lease: lease.clone(),
-        resolved,
-        max_steps: row.max_steps,
-        max_tokens: row.max_tokens,
-        clock: Arc::new(SystemClock),
-        observer: Arc::new(Progress::new(Mode::Quiet)),
-    })
 }

@@ -70,6 +70,22 @@ pub enum RunsCmd {
         #[arg(value_name = "RUN_ID", required = true)]
         run_ids: Vec<String>,
     },
+    /// Cancel runs, from any process sharing the database.
+    ///
+    /// A running run stops within a second (its holder is told through the database:
+    /// the model request in flight is dropped, a running tool's process group
+    /// killed); a queued or waiting run (escalated, interrupted, budget-stopped,
+    /// failed) is cancelled at once and never taken by a worker. Its open escalations
+    /// are closed. `cancelled` is final: start anew from it with `agentrun runs fork`.
+    ///
+    /// Exit codes: 0 every run is cancelled, 1 a holder had not stopped its run within
+    /// --wait (the cancel stands; it stops at its next check), 2 no such run or a
+    /// completed one (nothing was cancelled for it).
+    ///
+    /// Example:
+    ///   agentrun runs cancel 3f9a --reason "wrong customer"
+    #[command(verbatim_doc_comment)]
+    Cancel(super::cancel::CancelArgs),
     /// Remove runs last updated longer ago than AGE.
     ///
     /// Kept whatever their age: runs still running, and runs waiting for a person
@@ -108,6 +124,8 @@ pub enum StatusArg {
     Failed,
     // Submitted and waiting for a worker (issue 17).
     Queued,
+    // Cancelled by a person (issue 21).
+    Cancelled,
 }
 
 impl StatusArg {
@@ -121,6 +139,7 @@ impl StatusArg {
             StatusArg::BudgetExhausted => RunStatus::BudgetExhausted,
             StatusArg::Interrupted => RunStatus::Interrupted,
             StatusArg::Failed => RunStatus::Failed,
+            StatusArg::Cancelled => RunStatus::Cancelled,
         }
     }
 }
@@ -144,6 +163,7 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
             };
             print_list(cli, &runs, &statuses, since.is_some(), &db)
         }
+        RunsCmd::Cancel(args) => super::cancel::run(cli, args),
         RunsCmd::Show { run_id, follow } => {
             let store = open_store(&db, false)?;
             let id = find_run(&store, run_id)?;
@@ -360,7 +380,32 @@ fn with_escalations(
     if super::start::is_structured(store, id) {
         v["answer"] = output::answer_value(row.answer.as_deref(), true);
     }
+    // Only for a run someone cancelled (other runs' documents are unchanged).
+    if let Some(c) = store.cancel_info(id)? {
+        v["cancelled"] = serde_json::json!({
+            "by": c.by,
+            "reason": c.reason,
+            "at": crate::timefmt::rfc3339(c.at),
+            // From the request to the run's last write as cancelled: how long its
+            // holder took to stop it (0 for a run nobody held).
+            "stopped_after_ms": (row.status == RunStatus::Cancelled)
+                .then(|| (row.updated_at - c.at).max(0)),
+        });
+    }
     Ok(v)
+}
+
+/// `runs show` header lines: the spend, then who cancelled the run, when and why.
+fn header_fields(store: &Store, id: &RunId) -> Vec<(&'static str, String)> {
+    let mut out = spend_fields(&Spent::of(store, id));
+    if let Ok(Some(c)) = store.cancel_info(id) {
+        let why = c.reason.map(|r| format!(": {r}")).unwrap_or_default();
+        out.push((
+            "cancelled",
+            format!("by {} at {}{why}", c.by, crate::timefmt::rfc3339(c.at)),
+        ));
+    }
+    out
 }
 
 /// Money and time a run has spent, and its budgets (issue 15).
@@ -453,7 +498,7 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     let row = store.run(id)?;
     let escalations = store.escalations_for_run(id)?;
     let models = models(store, id);
-    let spend = spend_fields(&Spent::of(store, id));
+    let spend = header_fields(store, id);
     let head = super::runs_show::Head {
         row: &row,
         escalations: &escalations,
@@ -484,7 +529,7 @@ pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<St
         escalations: &escalations,
         models: &models,
         stale: is_stale(&row),
-        spend: &spend_fields(&Spent::of(store, id)),
+        spend: &header_fields(store, id),
     };
     Ok(transcript::render(&view, style))
 }

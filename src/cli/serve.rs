@@ -1,8 +1,8 @@
 //! `agentrun serve`: the web console (issue 24). Parsing and printing only; the
 //! console itself is [`crate::serve`].
 
-use super::start::shutdown_signal;
 use super::{BadInput, Cli, Exit, open_store};
+use crate::runner::lifecycle::shutdown_signal;
 use anyhow::Context;
 use clap::Args;
 use std::net::SocketAddr;

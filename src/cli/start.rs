@@ -7,9 +7,10 @@ use crate::clock::SystemClock;
 use crate::config::preflight;
 use crate::machine::state::LoopState;
 use crate::model::{Message, Role};
+use crate::runner::lifecycle::{self, Lifecycle};
 use crate::runner::{RunError, RunOutcome, Runner};
 use crate::setup::{self, SetupError, Snapshot, StartOptions};
-use crate::store::{Lease, NewRun, RunId, RunStatus, Store};
+use crate::store::{NewRun, RunId, RunStatus, Store};
 use anyhow::Context;
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -211,6 +212,14 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     let store = Arc::new(open_store(&cli.db_path(), false)?);
     let id = super::find_run(&store, &args.run_id)?;
     let row = store.run(&id)?;
+    if row.status == RunStatus::Cancelled {
+        let why = row.error.as_deref().unwrap_or("cancelled");
+        return Err(BadInput(format!(
+            "run {id} is cancelled ({why}); a cancelled run is never resumed: start anew \
+             from it with `agentrun runs fork {id}`"
+        ))
+        .into());
+    }
     if row.status == RunStatus::Completed {
         let outcome = stored_outcome(&store, &id)?;
         return report(cli, &outcome, true);
@@ -276,12 +285,15 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     drive(cli, &store, runner, &progress)
 }
 
-/// A run's config snapshot as stored, with its scripts.
+/// A run's config snapshot as stored, with its scripts; a store or setup error stays
+/// itself, so its exit code is chosen as for any command.
 pub(super) fn stored_snapshot(store: &Store, id: &RunId) -> anyhow::Result<Snapshot> {
-    let mut snapshot: Snapshot = serde_json::from_str(&store.snapshot(id)?)
-        .with_context(|| format!("run {id}: stored config snapshot is damaged"))?;
-    snapshot.scripts.extend(store.scripts(id)?);
-    Ok(snapshot)
+    use crate::runner::worker::SnapshotError;
+    crate::runner::worker::stored_snapshot(store, id).map_err(|e| match e {
+        SnapshotError::Store(e) => e.into(),
+        SnapshotError::Setup(e) => e.into(),
+        other => other.into(),
+    })
 }
 
 /// `--max-cost` / `--max-duration` over what the model flags gave, checked.
@@ -422,25 +434,8 @@ fn tool_bug_line(store: &Store, id: &RunId) -> Option<String> {
     ))
 }
 
-/// A non-idempotent call that was running when a signal stopped the run: resume
-/// cannot re-run it, so it will ask a person what happened.
-fn unsafe_call_in_flight(store: &Store, runner: &Runner) -> Option<String> {
-    let journal = store.journal(&runner.lease.run).ok()?;
-    journal
-        .iter()
-        .filter(|c| c.started && c.status == crate::store::CallStatus::Pending)
-        .map(|c| c.tool.clone())
-        .find(|t| {
-            runner
-                .resolved
-                .tools
-                .tools
-                .get(t)
-                .is_some_and(|d| !d.idempotent)
-        })
-}
-
-/// Runs the loop until it stops or a signal arrives; then releases the run.
+/// Drives the run through the one lifecycle (`runner::lifecycle`: lease, heartbeat,
+/// signals, cancel, release), then reports.
 fn drive(
     cli: &Cli,
     store: &Arc<Store>,
@@ -451,40 +446,14 @@ fn drive(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let lease = runner.lease.clone();
-    let result = rt.block_on(async {
-        let heartbeat = spawn_heartbeat(store.clone(), lease.clone());
-        let r = tokio::select! {
-            r = runner.run() => Some(r),
-            _ = shutdown_signal() => None,
-        };
-        heartbeat.abort();
-        r
-    });
+    let result = rt.block_on(lifecycle::drive(&runner, Lifecycle::process()));
     // Dropping the runtime ends any tool still running (kill-on-drop children).
     drop(rt);
-    let outcome = match result {
-        // A store error stays itself, so its exit code is chosen as for any command.
-        Some(r) => r.map_err(|e| match e {
-            RunError::Store(e) => anyhow::Error::from(e),
-            other => anyhow::Error::from(other),
-        })?,
-        None => {
-            let reason = match unsafe_call_in_flight(store, &runner) {
-                Some(tool) => format!(
-                    "interrupted by a signal while `{tool}` was running; it is not idempotent, \
-                     so resume will ask a person whether it happened"
-                ),
-                None => "interrupted by a signal".to_string(),
-            };
-            store.set_status(&lease, RunStatus::Interrupted, Some(&reason))?;
-            let mut o = stored_outcome(store, &lease.run)?;
-            o.status = RunStatus::Interrupted;
-            o.reason = Some(reason);
-            o
-        }
-    };
-    store.release(&lease)?;
+    // A store error stays itself, so its exit code is chosen as for any command.
+    let outcome = result.map_err(|e| match e {
+        RunError::Store(e) => anyhow::Error::from(e),
+        other => anyhow::Error::from(other),
+    })?;
     // The live display prints the final line itself (with the elapsed time).
     progress.finished(&outcome);
     if let Some(line) = (!cli.quiet && !cli.json)
@@ -494,32 +463,6 @@ fn drive(
         crate::errln!("{line}");
     }
     report(cli, &outcome, false)
-}
-
-/// Keeps the lease fresh during long model or tool calls.
-fn spawn_heartbeat(store: Arc<Store>, lease: Lease) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
-        loop {
-            tick.tick().await;
-            if store.heartbeat(&lease).is_err() {
-                // The next write of the run reports the lost lease properly.
-                return;
-            }
-        }
-    })
-}
-
-pub(super) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }
 
 /// The open escalation a run waits for, if any.

@@ -42,6 +42,11 @@ pub enum Event {
         call_id: String,
         execution: Execution,
     },
+    /// Someone or something asks the run to stop ([`super::stop`]).
+    StopRequested(super::stop::StopRequest),
+    /// After a stop, the driver gave up on the work in flight: the model request was
+    /// dropped (nothing of it journaled), running calls' process groups were killed.
+    Aborted,
 }
 
 /// What to do.

@@ -38,6 +38,9 @@ mod reply;
 #[cfg(test)]
 mod spend_tests;
 pub mod state;
+pub mod stop;
+#[cfg(test)]
+mod stop_tests;
 mod structured;
 #[cfg(test)]
 mod tests;
@@ -45,6 +48,7 @@ mod tests;
 pub use batch::MAX_PARALLEL;
 pub use calls::{ASK_USER, ask_user_spec};
 pub use effects::{Effect, Event, Stop, StopReason};
+pub use stop::{Phase, StopCause, StopRequest};
 
 use crate::config::{ToolDef, ToolsConfig};
 use crate::model::{Message, ToolSpec};
@@ -118,6 +122,10 @@ pub struct Machine<'a> {
     offered: Mutex<Option<OfferedTools>>,
     /// A structured answer, as the JSON text it was checked as (issue 26).
     checked_answer: Option<String>,
+    /// Where the machine stands ([`stop`]).
+    phase: Phase,
+    /// A stop asked for while work was in flight, honoured at the next boundary.
+    stopping: Option<StopRequest>,
 }
 
 /// [`Machine::offered_tools`]' last answer and what it was built from.
@@ -171,6 +179,8 @@ impl<'a> Machine<'a> {
             began: None,
             offered: Mutex::new(None),
             checked_answer: None,
+            phase: Phase::Idle,
+            stopping: None,
         }
     }
 
@@ -209,7 +219,18 @@ impl<'a> Machine<'a> {
         self.windowed_out += self.context.drop_steps_before(first);
     }
 
+    /// Feeds the machine an event; returns what to do ([`stop`] dispatches by phase).
     pub fn handle(&mut self, event: Event) -> Vec<Effect> {
+        self.dispatch(event)
+    }
+
+    /// Where the machine stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// An event of a running loop (stops are handled in [`stop`]).
+    fn on_event(&mut self, event: Event) -> Vec<Effect> {
         match event {
             Event::Start { escalations } => {
                 self.began = Some((self.now_ms, self.state.active_ms));
@@ -261,6 +282,8 @@ impl<'a> Machine<'a> {
                 self.fail_model(&error)
             }
             Event::CallRan { call_id, execution } => self.call_ran(&call_id, execution),
+            // Dispatched before they get here.
+            Event::StopRequested(_) | Event::Aborted => Vec::new(),
         }
     }
 
@@ -286,6 +309,9 @@ impl<'a> Machine<'a> {
 
     /// The guard, then the step's load.
     fn begin_step(&mut self) -> Vec<Effect> {
+        if let Some(stop) = self.stop_at_boundary() {
+            return stop;
+        }
         let r = self.rules;
         let spent = check_budget(&self.state, r.max_steps, r.max_tokens)
             .or_else(|| state::check_spend(&self.state, self.active_ms(), &r.spend));

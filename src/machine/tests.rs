@@ -37,14 +37,14 @@ input_schema = { type = "object" }
 command = ["true"]
 "#;
 
-struct H {
+pub(super) struct H {
     tools: ToolsConfig,
     prompts: Prompts,
     subset: Option<Vec<String>>,
 }
 
 impl H {
-    fn new() -> H {
+    pub(super) fn new() -> H {
         H {
             tools: crate::config::parse(TOOLS, Path::new("tools.toml")).expect("tools"),
             prompts: Prompts::builtin(),
@@ -52,7 +52,12 @@ impl H {
         }
     }
 
-    fn machine(&self, state: LoopState) -> Machine<'_> {
+    pub(super) fn machine(&self, state: LoopState) -> Machine<'_> {
+        self.machine_with(state, Default::default())
+    }
+
+    /// A machine with money and time budgets.
+    pub(super) fn machine_with(&self, state: LoopState, spend: super::Spend) -> Machine<'_> {
         let rules = Rules {
             tools: &self.tools,
             prompts: &self.prompts,
@@ -62,8 +67,8 @@ impl H {
             window: None,
             keep_steps: None,
             output_cap: Default::default(),
-            spend: Default::default(),
             output: None,
+            spend,
         };
         let messages = vec![
             Message::text(Role::System, "sys"),
@@ -74,7 +79,7 @@ impl H {
 }
 
 /// Starts the machine and plays its first model request; returns what asking gave.
-fn ask(m: &mut Machine<'_>) -> Ask {
+pub(super) fn ask(m: &mut Machine<'_>) -> Ask {
     let start = m.handle(Event::Start {
         escalations: Vec::new(),
     });
@@ -96,7 +101,7 @@ fn check_pairing(m: &Machine<'_>) {
     }
 }
 
-fn reply(parts: Vec<Part>) -> ModelResponse {
+pub(super) fn reply(parts: Vec<Part>) -> ModelResponse {
     let calls = parts.iter().any(|p| matches!(p, Part::ToolCall { .. }));
     ModelResponse {
         message: Message {
@@ -117,7 +122,7 @@ fn reply(parts: Vec<Part>) -> ModelResponse {
     }
 }
 
-fn call(id: &str, name: &str, args: Value) -> Part {
+pub(super) fn call(id: &str, name: &str, args: Value) -> Part {
     Part::ToolCall {
         id: id.into(),
         name: name.into(),
@@ -125,11 +130,11 @@ fn call(id: &str, name: &str, args: Value) -> Part {
     }
 }
 
-fn text(t: &str) -> Part {
+pub(super) fn text(t: &str) -> Part {
     Part::Text { text: t.into() }
 }
 
-fn outcome(content: Value, error: Option<ErrorKind>, attempts: u32) -> Execution {
+pub(super) fn outcome(content: Value, error: Option<ErrorKind>, attempts: u32) -> Execution {
     Execution::Done(CallOutcome {
         content,
         is_error: error.is_some(),
@@ -146,7 +151,7 @@ fn failure(kind: ErrorKind, message: &str, attempts: u32) -> Execution {
 }
 
 /// The commit effect in `out`.
-fn commit(out: &[Effect]) -> &Commit {
+pub(super) fn commit(out: &[Effect]) -> &Commit {
     out.iter()
         .find_map(|e| match e {
             Effect::Commit(c) => Some(c.as_ref()),
@@ -155,7 +160,7 @@ fn commit(out: &[Effect]) -> &Commit {
         .unwrap_or_else(|| panic!("no commit in {out:?}"))
 }
 
-fn run_call(step: u32, id: &str, tool: &str, max_attempts: u32) -> Effect {
+pub(super) fn run_call(step: u32, id: &str, tool: &str, max_attempts: u32) -> Effect {
     Effect::RunCall(Box::new(RunCall {
         step,
         call_id: id.into(),

@@ -45,6 +45,16 @@ pub struct EscalationRow {
 }
 
 impl EscalationRow {
+    /// `open`, `resolved` (a person decided), or `cancelled` (closed undecided when its
+    /// run was cancelled, issue 21).
+    pub fn status(&self) -> &'static str {
+        match (self.open, &self.resolution) {
+            (true, _) => "open",
+            (false, Some(_)) => "resolved",
+            (false, None) => "cancelled",
+        }
+    }
+
     /// The call this escalation blocks, if any.
     pub fn call_id(&self) -> Option<&str> {
         self.detail.facts.call_id().map(|c| c.as_str())

@@ -45,10 +45,13 @@ pub enum RunStatus {
     BudgetExhausted,
     Interrupted,
     Failed,
+    /// Cancelled by a person (`agentrun runs cancel`): final, never resumed or
+    /// claimed (issue 21); `runs fork` starts anew from it.
+    Cancelled,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 8] = [
+    pub const ALL: [RunStatus; 9] = [
         RunStatus::Running,
         RunStatus::Completed,
         RunStatus::AwaitingApproval,
@@ -57,6 +60,7 @@ impl RunStatus {
         RunStatus::Interrupted,
         RunStatus::Failed,
         RunStatus::Queued,
+        RunStatus::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +73,7 @@ impl RunStatus {
             RunStatus::BudgetExhausted => "budget_exhausted",
             RunStatus::Interrupted => "interrupted",
             RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 

@@ -71,7 +71,7 @@ impl Style {
             S::AwaitingApproval | S::Escalated | S::BudgetExhausted | S::Interrupted => {
                 self.yellow(s)
             }
-            S::Failed => self.red(s),
+            S::Failed | S::Cancelled => self.red(s),
         }
     }
 }

@@ -46,6 +46,10 @@ fn next_step(o: &RunOutcome) -> Option<String> {
                 "--max-steps N"
             } else if reason.starts_with("token budget") {
                 "--max-tokens N"
+            } else if reason.starts_with("cost budget") {
+                "--max-cost USD"
+            } else if reason.starts_with("time budget") {
+                "--max-duration DURATION"
             } else {
                 "--max-steps N --max-tokens N"
             };
@@ -62,6 +66,9 @@ fn next_step(o: &RunOutcome) -> Option<String> {
         RunStatus::Interrupted | RunStatus::Running => {
             Some(format!("continue with `agentrun resume {id}`"))
         }
+        RunStatus::Cancelled => Some(format!(
+            "it is cancelled for good; start anew from it with `agentrun runs fork {id}`"
+        )),
         RunStatus::Queued => Some(format!(
             "a worker (`agentrun worker`) takes it; or run it here with `agentrun resume {id}`"
         )),

@@ -10,8 +10,12 @@
 //! checkpoint and asks for each step's stored response, journal and decisions before
 //! it asks the model or runs a tool.
 
+pub mod cancel;
 mod hooks;
+pub mod lifecycle;
 pub mod observe;
+pub mod stops;
+pub mod worker;
 
 use crate::clock::Clock;
 use crate::fault;
@@ -37,6 +41,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+pub use stops::StopOrder;
+use stops::{Stops, Woke};
 
 /// How a run ended this time (it may be resumed later).
 #[derive(Debug, Clone, PartialEq)]
@@ -111,8 +117,19 @@ impl Runner {
         &self.lease.run
     }
 
-    /// Drives the run from its last checkpoint until it stops.
+    /// Drives the run from its last checkpoint until it stops, with no one to stop it
+    /// (tests, benches); [`lifecycle::drive`] is the way commands drive a run.
     pub async fn run(&self) -> Result<RunOutcome, RunError> {
+        let (_keep, inbox) = tokio::sync::mpsc::unbounded_channel();
+        self.run_with(inbox).await
+    }
+
+    /// Drives the run from its last checkpoint until it stops, taking stop orders
+    /// from `inbox` ([`stops`]).
+    pub async fn run_with(
+        &self,
+        inbox: tokio::sync::mpsc::UnboundedReceiver<StopOrder>,
+    ) -> Result<RunOutcome, RunError> {
         let window = self.window();
         let keep_steps = (window.is_none() && self.reads_turn_count_only())
             .then_some(crate::machine::TURN_COUNT_KEEP_STEPS);
@@ -129,16 +146,24 @@ impl Runner {
         let escalations = self.store.escalations_for_run(self.run_id())?;
         let mut pending: VecDeque<Effect> =
             handle(&mut machine, self, Event::Start { escalations }).into();
+        let mut stops = Stops::new(inbox);
         // The calls of a step running at once (issue 14): each is started as its
         // effect comes, and its answer fed back as soon as it finishes.
         let mut running: Vec<Running<'_>> = Vec::new();
         loop {
+            // A stop that came while effects were performed is the machine's to place.
+            stops.poll_inbox();
+            for request in stops.take_undelivered() {
+                pending.extend(handle(&mut machine, self, Event::StopRequested(request)));
+            }
             let Some(effect) = pending.pop_front() else {
                 if running.is_empty() {
                     break;
                 }
-                let event = next_finished(&mut running).await;
-                pending.extend(handle(&mut machine, self, event));
+                let woke = stops
+                    .race(next_finished(&mut running), time_left(&machine))
+                    .await;
+                self.woke(&mut machine, &mut stops, &mut running, &mut pending, woke);
                 continue;
             };
             match effect {
@@ -161,15 +186,32 @@ impl Runner {
                 }
                 Effect::Stop(stop) => {
                     pending.push_front(Effect::Stop(stop));
-                    let event = next_finished(&mut running).await;
-                    pending.extend(handle(&mut machine, self, event));
+                    let woke = stops
+                        .race(next_finished(&mut running), time_left(&machine))
+                        .await;
+                    self.woke(&mut machine, &mut stops, &mut running, &mut pending, woke);
                 }
                 Effect::RunCall(call) => {
                     let guard = machine.pending_state().clone();
                     running.push(Box::pin(d.run_call(guard, *call)));
                 }
+                Effect::AskModel(ask) => {
+                    // The request borrows the machine: stops that come meanwhile are
+                    // noted, and told to it once the request is over.
+                    let left = time_left(&machine);
+                    let woke = {
+                        let mut request = std::pin::pin!(d.ask(&machine, &ask));
+                        loop {
+                            match stops.race(request.as_mut(), left).await {
+                                Woke::Stop(order) => stops.note(order),
+                                other => break other,
+                            }
+                        }
+                    };
+                    self.woke(&mut machine, &mut stops, &mut running, &mut pending, woke);
+                }
                 effect => {
-                    if let Some(event) = d.perform(&machine, effect).await? {
+                    if let Some(event) = d.perform(effect)? {
                         pending.extend(handle(&mut machine, self, event));
                     }
                 }
@@ -184,6 +226,41 @@ impl Runner {
                 reason,
             },
         ))
+    }
+
+    /// Feeds the machine what a wait ended with. Giving up drops the work in flight —
+    /// the model request, and every running call, whose process group goes with its
+    /// future — and tells the machine it is gone.
+    fn woke(
+        &self,
+        machine: &mut Machine<'_>,
+        stops: &mut Stops,
+        running: &mut Vec<Running<'_>>,
+        pending: &mut VecDeque<Effect>,
+        woke: Woke<Event>,
+    ) {
+        match woke {
+            Woke::Done(event) => {
+                for request in stops.take_undelivered() {
+                    pending.extend(handle(machine, self, Event::StopRequested(request)));
+                }
+                pending.extend(handle(machine, self, event));
+            }
+            Woke::Stop(order) => stops.note(order),
+            Woke::GiveUp(deadline) => {
+                running.clear();
+                if let Some(request) = deadline {
+                    stops.note(StopOrder {
+                        request,
+                        grace: std::time::Duration::ZERO,
+                    });
+                }
+                for request in stops.take_undelivered() {
+                    pending.extend(handle(machine, self, Event::StopRequested(request)));
+                }
+                pending.extend(handle(machine, self, Event::Aborted));
+            }
+        }
     }
 
     /// What the machine may do in this run: the offered tools, prompts and budgets,
@@ -209,6 +286,11 @@ impl Runner {
             output: self.resolved.snapshot.output.as_ref(),
         }
     }
+}
+
+/// What is left of the run's time budget, as of the machine's clock.
+fn time_left(machine: &Machine<'_>) -> Option<std::time::Duration> {
+    machine.time_left_ms().map(std::time::Duration::from_millis)
 }
 
 /// Feeds the machine an event at the clock's time (the time budget reads it).
@@ -280,13 +362,14 @@ impl Runner {
 }
 
 impl Drive<'_> {
-    /// Performs one effect; a request effect answers with the event it waited for.
-    async fn perform(&self, m: &Machine<'_>, effect: Effect) -> Result<Option<Event>, RunError> {
+    /// Performs one effect; a load answers with the event it read.
+    fn perform(&self, effect: Effect) -> Result<Option<Event>, RunError> {
         let r = self.runner;
         let (store, lease) = (&r.store, &r.lease);
         match effect {
             Effect::LoadStep { step } => return Ok(Some(self.load_step(step)?)),
-            Effect::AskModel(ask) => return Ok(Some(self.ask(m, &ask).await)),
+            // Asked by `Runner::run_with`, which races the request against stops.
+            Effect::AskModel(_) => {}
             // Started by `Runner::run`, which keeps it running alongside others.
             Effect::RunCall(_) => {}
             Effect::RecordModelTurn { step, response } => {

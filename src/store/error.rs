@@ -46,6 +46,8 @@ pub enum StoreError {
     EscalationNotFound(String),
     #[error("escalation {0} is already resolved; a decision is recorded once")]
     AlreadyResolved(i64),
+    #[error("escalation {0} was closed when its run was cancelled; nothing is left to decide")]
+    EscalationCancelled(i64),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// A PostgreSQL error (the server's message; never the connection string).

@@ -16,6 +16,7 @@
 //! - `pg/`: the PostgreSQL backend, split the same way;
 //! - this file: the [`Store`] enum and the table of methods both backends implement.
 
+mod cancel;
 mod durability;
 mod error;
 mod input;
@@ -29,6 +30,7 @@ pub use crate::records::{
     QuestionFacts, Resolution, RunId, RunRow, RunStatus, StoredEvent, StoredMessage, StuckFacts,
     ToolFailures,
 };
+pub use cancel::{CancelOutcome, CancelRequest, cancel_text};
 pub use durability::{BUSY_TIMEOUT, Durability};
 pub use error::{Result, StoreError};
 pub use input::{NewEscalation, NewRun, StepCommit};
@@ -243,6 +245,12 @@ delegate! {
     /// Makes removed runs unrecoverable from the database's files (after `delete_run`);
     /// `vacuum` also rebuilds them.
     fn scrub(&self, vacuum: bool) -> Result<()>;
+    /// Cancels a run, or asks the live process holding it to (issue 21).
+    fn cancel_run(&self, id: &RunId, by: &str, reason: Option<&str>) -> Result<CancelOutcome>;
+    /// The cancel asked for an unfinished run, if any (read by the holder's pulse).
+    fn cancel_request(&self, run: &RunId) -> Result<Option<CancelRequest>>;
+    /// Who asked to cancel a run, when and why, if anyone did.
+    fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>>;
     /// Replaces a held run's config snapshot and scripts (`resume --model`).
     fn replace_snapshot(
         &self,

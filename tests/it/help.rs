@@ -115,7 +115,7 @@ fn man_pages_exist_per_command_with_exit_status_and_environment() {
     bad.expect_code(2);
     assert!(
         bad.stderr
-            .contains("the commands are: list, show, export, rm, prune"),
+            .contains("the commands are: list, show, export, rm, cancel, prune"),
         "{bad}"
     );
 }

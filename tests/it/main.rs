@@ -27,6 +27,7 @@ mod lease;
 mod mcp;
 mod models_e2e;
 mod newcomer;
+mod operating;
 mod parallel;
 mod pg;
 mod pg_tls;

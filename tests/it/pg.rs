@@ -1,7 +1,8 @@
 //! The durability suite on a real PostgreSQL (issue 17): the same test bodies as the
 //! SQLite ones — every crash point resumed, racing resumes, a stale holder fenced
 //! after a takeover, lease expiry and heartbeats, parallel runs on one database, and
-//! the queue (workers draining it, a kill -9'd worker taken over, SIGTERM, re-queue) —
+//! the queue (workers draining it, a kill -9'd worker taken over, SIGTERM, re-queue),
+//! cancel from another process (issue 21) —
 //! run against the server `AGENTRUN_TEST_PG` names, each project in a fresh schema.
 //!
 //! Without `AGENTRUN_TEST_PG` the suite prints one line saying how to enable it (the
@@ -30,7 +31,7 @@ fn the_durability_suite_passes_on_postgresql() {
     };
     std::thread::scope(|s| {
         let db = &db;
-        let suites: [(&str, Suite); 12] = [
+        let suites: [(&str, Suite); 16] = [
             ("crash points", crate::crash::every_crash_point),
             ("racing resumes", crate::lease::four_racing_resumes),
             ("parallel runs", crate::lease::four_runs_in_parallel),
@@ -57,6 +58,22 @@ fn the_durability_suite_passes_on_postgresql() {
             (
                 "runs show across pages",
                 crate::scale::runs_show_walks_every_page,
+            ),
+            (
+                "cancel a busy run",
+                crate::operating::cancel_stops_a_run_busy_in_a_slow_tool,
+            ),
+            (
+                "cancel a worker's run",
+                crate::operating::cancel_reaches_a_run_held_by_a_worker,
+            ),
+            (
+                "cancelled queued run never claimed",
+                crate::operating::a_cancelled_queued_run_is_never_claimed,
+            ),
+            (
+                "cancel crash points",
+                crate::operating::every_cancel_crash_point,
             ),
         ];
         let handles: Vec<_> = suites

@@ -185,47 +185,71 @@ pub fn a_killed_worker_is_taken_over_without_repeating_effects(db: &Db) {
 }
 
 pub fn sigterm_hands_the_run_back_to_the_queue(db: &Db) {
-    // Step 1 blocks in `slow` while `hold` exists; step 2 calls `slow` again (it is
-    // idempotent: the worker stops the run within ~20 ms of a step commit, and an
-    // instant scripted model can begin the next step in that window); then the answer.
+    // Step 1 blocks in `slow` while `hold` exists; step 2 calls `once`, which is not
+    // idempotent; then the answer. The stop is an event of the run's machine (issue
+    // 21): the step in progress finishes within the grace and the run goes back to the
+    // queue at that boundary, before step 2 begins — so `once` runs exactly once, by
+    // the second worker.
     let p = project(
         db,
         json!([
             {"tool_calls": [{"name": "slow", "args": {}}]},
-            {"tool_calls": [{"name": "slow", "args": {"again": true}}]},
+            {"tool_calls": [{"name": "once", "args": {}}]},
             {"text": "later"}
         ]),
     );
     p.write("hold", "");
     let id = submit(&p);
-    let a = worker(&p, "w-a", &["--concurrency", "2", "--grace", "60s"]);
+    let mut a = worker(&p, "w-a", &["--concurrency", "2", "--grace", "60s"]);
     until("the slow tool to start", || {
         p.path().join("slow.started").exists()
     });
     // SAFETY: sending SIGTERM to our own child.
     unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
-    // The worker lets the step in progress finish (within the grace), then hands the
-    // run back before the next step: no TTL to wait for.
+    // Only once the worker has taken the stop in does the step finish.
+    let (told, stopping) = std::sync::mpsc::channel();
+    let stderr = a.stderr.take().expect("stderr");
+    let log = std::thread::spawn(move || read_stderr_telling(stderr, "worker w-a stopping", told));
+    stopping
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the worker says it is stopping");
     std::fs::remove_file(p.path().join("hold")).expect("rm hold");
-    let out = finish(a);
-    out.expect_code(0);
+    let status_a = a.wait().expect("worker exit");
+    let said = log.join().expect("stderr reader");
+    assert_eq!(status_a.code(), Some(0), "{said}");
+    assert!(said.contains("handed back to the queue"), "{said}");
     let v = p.show(&id);
-    if v["status"] == "queued" {
-        assert!(out.stderr.contains("handed back to the queue"), "{out}");
-        assert!(
-            v["steps"].as_u64() >= Some(1),
-            "the slow step was finished: {v}"
-        );
-        finish(worker(&p, "w-b", &["--until-idle"])).expect_code(0);
-    } else {
-        // The run may also have reached its end within the grace.
-        assert_eq!(v["status"], "completed", "{out}");
-    }
+    assert_eq!(v["status"], "queued", "{said}");
+    assert_eq!(v["steps"], 1, "the slow step was finished: {v}");
+    assert!(effects(&p).is_empty(), "step 2 never began under w-a");
+    finish(worker(&p, "w-b", &["--until-idle"])).expect_code(0);
     let v = p.show(&id);
     assert_eq!(
         (v["status"].as_str(), v["answer"].as_str()),
         (Some("completed"), Some("later"))
     );
+    assert_eq!(effects(&p).len(), 1, "the non-idempotent call ran once");
+}
+
+/// Reads a child's stderr to its end, sending on `told` once a line holds `marker`.
+fn read_stderr_telling(
+    stderr: std::process::ChildStderr,
+    marker: &str,
+    told: std::sync::mpsc::Sender<()>,
+) -> String {
+    use std::io::BufRead;
+    let mut seen = String::new();
+    for line in std::io::BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.contains(marker) {
+            let _ = told.send(());
+        }
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    seen
 }
 
 pub fn resolving_an_escalation_requeues_the_run(db: &Db) {

@@ -107,6 +107,7 @@ impl PgStore {
             match status.as_deref() {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
                 Some("open") => {}
+                Some("cancelled") => return Err(StoreError::EscalationCancelled(id.0)),
                 Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
             }
             tx.exec(

@@ -112,4 +112,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     UPDATE run_snapshots SET snapshot = (snapshot::jsonb - 'scripts')::text
         WHERE snapshot::jsonb -> 'scripts' IS NOT NULL;
     "#,
+    // 4: cancelling a run from any process (as SQLite's migration 6).
+    r#"
+    ALTER TABLE runs ADD COLUMN cancel_requested_at BIGINT;
+    ALTER TABLE runs ADD COLUMN cancel_by TEXT;
+    ALTER TABLE runs ADD COLUMN cancel_reason TEXT;
+    "#,
 ];

@@ -44,6 +44,7 @@
 //! [`PgStore`].
 
 mod admin;
+mod cancel;
 mod conn;
 mod conninfo;
 mod escalations;

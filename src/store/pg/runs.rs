@@ -119,6 +119,9 @@ impl PgStore {
                 "UPDATE runs SET status = $2, error = $3, updated_at = $4 WHERE id = $1",
                 &[&lease.run.0, &status.as_str(), &error, &now_ms()],
             )?;
+            if status == RunStatus::Cancelled {
+                super::cancel::close_escalations(tx, &lease.run, now_ms())?;
+            }
             Ok(())
         })
     }

@@ -103,6 +103,7 @@ impl SqliteStore {
             match status.as_deref() {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
                 Some("open") => {}
+                Some("cancelled") => return Err(StoreError::EscalationCancelled(id.0)),
                 Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
             }
             tx.execute(

@@ -121,6 +121,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     UPDATE run_snapshots SET snapshot = json_remove(snapshot, '$.scripts')
         WHERE json_type(snapshot, '$.scripts') IS NOT NULL;
     "#,
+    // 6: cancelling a run from any process (issue 21): who asked, when, and why. A
+    // request stands until the holder stops the run (or a later cancel finds it dead).
+    r#"
+    ALTER TABLE runs ADD COLUMN cancel_requested_at INTEGER;
+    ALTER TABLE runs ADD COLUMN cancel_by TEXT;
+    ALTER TABLE runs ADD COLUMN cancel_reason TEXT;
+    "#,
 ];
 
 #[cfg(test)]

@@ -32,6 +32,7 @@
 //! `escalations` and `admin`, each adding its methods to [`SqliteStore`].
 
 mod admin;
+mod cancel;
 mod conn;
 mod escalations;
 mod journal;

@@ -112,6 +112,9 @@ impl SqliteStore {
                 "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
                 params![lease.run.0, status.as_str(), error, now_ms()],
             )?;
+            if status == RunStatus::Cancelled {
+                super::cancel::close_escalations(tx, &lease.run, now_ms())?;
+            }
             Ok(())
         })
     }

@@ -1,0 +1,152 @@
+//! A worker slot (issue 17): claim the oldest claimable queue run, drive it through
+//! the one lifecycle ([`super::lifecycle::drive`]), repeat — until the worker shuts
+//! down (or, with `--until-idle`, the queue is empty). The command layer
+//! (`cli/queue.rs`) parses the flags, starts the slots' threads and prints what they
+//! report.
+
+use super::lifecycle::{self, Lifecycle, StopOn};
+use super::{RunError, RunOutcome, Runner};
+use crate::clock::SystemClock;
+use crate::setup::{self, SetupError, Snapshot};
+use crate::store::{Lease, RunId, RunStatus, Store, StoreError};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A slot's settings, shared by every slot of a worker.
+pub struct SlotConfig {
+    pub db: PathBuf,
+    pub name: String,
+    pub ttl: Duration,
+    pub poll: Duration,
+    pub grace: Duration,
+    pub until_idle: bool,
+}
+
+/// What became of a run a slot drove, for the worker's log.
+#[derive(Debug)]
+pub enum Report {
+    /// The run stopped (completed, paused, cancelled, handed back…).
+    Stopped(RunOutcome),
+    /// Another worker took the run over; this one stopped writing to it.
+    TakenOver,
+    /// The snapshot could not be set up here; the run failed with this reason.
+    SetupFailed(String),
+    /// The store failed while driving it: handed back to the queue.
+    Error(RunError),
+    /// A claim failed (the store is unreachable); the slot tries again.
+    ClaimFailed(StoreError),
+}
+
+/// Why a run cannot be set up from its stored snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("run {run}: stored config snapshot is damaged: {source}")]
+    Damaged {
+        run: RunId,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+}
+
+/// A run's config snapshot as stored, with its scripts.
+pub fn stored_snapshot(store: &Store, id: &RunId) -> Result<Snapshot, SnapshotError> {
+    let mut snapshot: Snapshot =
+        serde_json::from_str(&store.snapshot(id)?).map_err(|source| SnapshotError::Damaged {
+            run: id.clone(),
+            source,
+        })?;
+    snapshot.scripts.extend(store.scripts(id)?);
+    Ok(snapshot)
+}
+
+/// One slot: claim, drive, repeat, until `shutdown` turns true (or, with
+/// `until_idle`, the queue is empty). Each run's end goes to `report`.
+pub async fn run_slot(
+    cfg: &SlotConfig,
+    store: Arc<Store>,
+    mut shutdown: watch::Receiver<bool>,
+    report: &(dyn Fn(&RunId, Report) + Sync),
+) -> Result<(), StoreError> {
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let wait = match store.claim(&cfg.name, cfg.ttl) {
+            Ok(Some(lease)) => {
+                let id = lease.run.clone();
+                report(
+                    &id,
+                    drive_claimed(cfg, &store, lease, shutdown.clone()).await,
+                );
+                continue;
+            }
+            Ok(None) => {
+                if cfg.until_idle && store.queue_counts()? == (0, 0) {
+                    return Ok(());
+                }
+                cfg.poll
+            }
+            Err(e) => {
+                report(&RunId(String::new()), Report::ClaimFailed(e));
+                cfg.poll.max(Duration::from_secs(1))
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Drives one claimed run through the lifecycle; the worker's shutdown stops it at
+/// its step boundary (after `grace`, the work in flight is given up).
+async fn drive_claimed(
+    cfg: &SlotConfig,
+    store: &Arc<Store>,
+    lease: Lease,
+    shutdown: watch::Receiver<bool>,
+) -> Report {
+    let runner = match runner_for(store, &lease) {
+        Ok(r) => r,
+        Err(e) => {
+            // The snapshot cannot be set up here (e.g. a tool missing on this machine):
+            // the run fails with the reason rather than bouncing between workers.
+            let reason = format!("worker {} cannot set the run up: {e}", cfg.name);
+            let _ = store.set_status(&lease, RunStatus::Failed, Some(&reason));
+            let _ = store.release(&lease);
+            return Report::SetupFailed(reason);
+        }
+    };
+    let how = Lifecycle {
+        heartbeat_every: (cfg.ttl / 4).max(Duration::from_millis(10)),
+        stop_on: StopOn::Worker {
+            name: cfg.name.clone(),
+            shutdown,
+            grace: cfg.grace,
+        },
+    };
+    match lifecycle::drive(&runner, how).await {
+        Ok(o) => Report::Stopped(o),
+        Err(RunError::Store(StoreError::LeaseLost(_))) => Report::TakenOver,
+        Err(e) => Report::Error(e),
+    }
+}
+
+fn runner_for(store: &Arc<Store>, lease: &Lease) -> Result<Runner, SnapshotError> {
+    let row = store.run(&lease.run)?;
+    let resolved = setup::resolve(stored_snapshot(store, &lease.run)?)?;
+    Ok(Runner {
+        store: store.clone(),
+        lease: lease.clone(),
+        resolved,
+        max_steps: row.max_steps,
+        max_tokens: row.max_tokens,
+        clock: Arc::new(SystemClock),
+        observer: Arc::new(super::observe::Unobserved),
+    })
+}
