@@ -36,6 +36,8 @@ pub struct Lifecycle {
 
 /// What, besides a cancel, stops the run.
 pub enum StopOn {
+    /// Nothing else (a run the console drives inside its server process).
+    CancelOnly,
     /// SIGTERM or Ctrl-C to this process: the run is `interrupted` (resumable).
     Signals,
     /// The worker `name` shutting down (`shutdown` turns true): the work in flight
@@ -132,6 +134,7 @@ async fn pulse(store: Arc<Store>, lease: Lease, every: Duration, stops: StopSend
 /// Turns a signal, or the worker's shutdown, into a stop order.
 async fn watch_stops(stop_on: StopOn, stops: StopSender) {
     let order = match stop_on {
+        StopOn::CancelOnly => return,
         StopOn::Signals => {
             shutdown_signal().await;
             StopOrder {

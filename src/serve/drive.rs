@@ -1,14 +1,15 @@
 //! Runs resumed from the console, driven in the server process.
 //!
 //! Like a worker slot: each run gets a thread with its own store connection and its
-//! own single-threaded runtime (the driver blocks on store calls), heartbeats its
-//! lease, and releases it when the run stops. The lease is taken and the run marked
+//! own single-threaded runtime (the driver blocks on store calls), and goes through
+//! the one lifecycle (`runner::lifecycle`: heartbeat, cancel, release). The lease is taken and the run marked
 //! `running` before [`Drivers::start`] returns, so the page the reviewer lands on
 //! already follows a live run, and a second click is refused by the lease.
 
 use crate::cli::progress::{Mode, Progress};
 use crate::clock::SystemClock;
 use crate::runner::Runner;
+use crate::runner::lifecycle::{self, Lifecycle, StopOn};
 use crate::setup::{self, Snapshot};
 use crate::store::{Lease, RunId, RunStatus, Store};
 use anyhow::Context;
@@ -70,27 +71,15 @@ fn drive(store: Arc<Store>, lease: Lease, runner: Runner) {
         let _ = store.release(&lease);
         return;
     };
-    let result = rt.block_on(async {
-        let heartbeat = {
-            let (store, lease) = (store.clone(), lease.clone());
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(HEARTBEAT);
-                loop {
-                    tick.tick().await;
-                    if store.heartbeat(&lease).is_err() {
-                        return;
-                    }
-                }
-            })
-        };
-        let r = runner.run().await;
-        heartbeat.abort();
-        r
-    });
+    // The one lifecycle (issue 21): heartbeat, cancel through the store, release.
+    let how = Lifecycle {
+        heartbeat_every: HEARTBEAT,
+        stop_on: StopOn::CancelOnly,
+    };
+    let result = rt.block_on(lifecycle::drive(&runner, how));
     drop(rt);
     if let Err(e) = &result {
         // The runner records what it can; a store error leaves the run for `resume`.
         crate::errln!("agentrun: serve: run {} stopped: {e}", lease.run);
     }
-    let _ = store.release(&lease);
 }
