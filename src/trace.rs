@@ -55,6 +55,10 @@ pub enum TraceEvent {
         model: String,
         attempt: u32,
         error: String,
+        /// A few words for a status line (`connection refused`, `HTTP 503`; issue
+        /// 27). Absent in old traces.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
         delay_ms: u64,
         /// When the attempt failed (clock ms): the store's `at` for this event, not
         /// the time the step's events were written (issue 15). Absent in old traces.

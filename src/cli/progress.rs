@@ -49,6 +49,30 @@ struct Asking {
     received: usize,
     /// The streamed text's unfinished last line (terminal view).
     line: String,
+    /// A retry's wait: until when, and why (`connection refused`): the run is in
+    /// backoff then, not waiting for an answer (issue 27).
+    retry: Option<(Instant, String)>,
+}
+
+impl Asking {
+    /// The heartbeat line off a terminal, `elapsed` into the call, at `now`.
+    fn heartbeat(&self, elapsed: Duration, now: Instant) -> String {
+        if let Some((until, why)) = &self.retry
+            && *until > now
+        {
+            let left = until.duration_since(now).as_secs_f64().ceil();
+            return format!("agentrun:   retrying {} in {left}s ({why})", self.what);
+        }
+        let got = match self.received {
+            0 => "nothing received yet".to_string(),
+            n => format!("{n} characters received"),
+        };
+        format!(
+            "agentrun:   still waiting for {} ({}s, {got})",
+            self.what,
+            elapsed.as_secs()
+        )
+    }
 }
 
 enum Out {
@@ -83,16 +107,8 @@ impl Progress {
     /// heartbeat while a model call is in flight).
     fn say_waiting(&self, elapsed: Duration) {
         if let Out::Plain = &self.out {
-            let a = lock(&self.asking);
-            let got = match a.received {
-                0 => "nothing received yet".to_string(),
-                n => format!("{n} characters received"),
-            };
-            print_line(&format!(
-                "agentrun:   still waiting for {} ({}s, {got})",
-                a.what,
-                elapsed.as_secs()
-            ));
+            let line = lock(&self.asking).heartbeat(elapsed, Instant::now());
+            print_line(&line);
         }
     }
 
@@ -138,6 +154,7 @@ impl Observer for Progress {
             let mut a = lock(&self.asking);
             a.what = s.model.to_string();
             a.received = 0;
+            a.retry = None;
             a.line.clear();
         }
         match &self.out {
@@ -195,10 +212,14 @@ impl Observer for Progress {
                 a.line.clear();
             }
             // A retried stream starts over: what was shown of it is void.
-            TraceEvent::ModelRetry { .. } => {
+            TraceEvent::ModelRetry {
+                delay_ms, reason, ..
+            } => {
                 let mut a = lock(&self.asking);
                 a.received = 0;
                 a.line.clear();
+                let why = reason.clone().unwrap_or_else(|| "failed".into());
+                a.retry = Some((Instant::now() + Duration::from_millis(*delay_ms), why));
             }
             _ => {}
         }
@@ -504,9 +525,15 @@ impl Live {
                 st.doing = format!("{tool} attempt {attempt}{}", of(max));
             }),
             TraceEvent::ModelRetry {
-                model, delay_ms, ..
+                model,
+                delay_ms,
+                reason,
+                ..
             } => self.wait(*delay_ms, |st| {
-                st.doing = format!("asking {model} again");
+                st.doing = match reason {
+                    Some(why) => format!("asking {model} again ({why})"),
+                    None => format!("asking {model} again"),
+                };
             }),
             TraceEvent::Fallback { to, .. } => self.update(|st| {
                 st.tool = Some((to.clone(), 1, 0));
@@ -557,6 +584,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27: in backoff the heartbeat says it retries, and why, not "still
+    /// waiting"; once the wait is over (a new attempt in flight) it waits again.
+    #[test]
+    fn the_heartbeat_says_retrying_during_a_backoff() {
+        let now = Instant::now();
+        let mut a = Asking {
+            what: "openai:gpt-4o at 127.0.0.1:8080".into(),
+            ..Asking::default()
+        };
+        a.retry = Some((
+            now + Duration::from_millis(3500),
+            "connection refused".into(),
+        ));
+        assert_eq!(
+            a.heartbeat(Duration::from_secs(5), now),
+            "agentrun:   retrying openai:gpt-4o at 127.0.0.1:8080 in 4s (connection refused)"
+        );
+        assert_eq!(
+            a.heartbeat(Duration::from_secs(10), now + Duration::from_secs(4)),
+            "agentrun:   still waiting for openai:gpt-4o at 127.0.0.1:8080 (10s, nothing received yet)"
+        );
+    }
 
     #[test]
     fn status_line_joins_step_and_current_action() {

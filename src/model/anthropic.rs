@@ -18,6 +18,10 @@ use std::collections::BTreeMap;
 
 const PROVIDER: &str = "anthropic";
 const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+const ENV_VARS: wire::EnvVars = wire::EnvVars {
+    key: "ANTHROPIC_API_KEY",
+    base_url: "ANTHROPIC_BASE_URL",
+};
 const API_VERSION: &str = "2023-06-01";
 
 /// Everything needed to talk to the Messages API.
@@ -72,8 +76,14 @@ impl Anthropic {
         )?;
         headers.insert(name, value);
         headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
-        let http =
-            Http::new(PROVIDER, config.timeouts, headers, Some(config.api_key))?.scrub_url(&url);
+        let http = Http::new(
+            PROVIDER,
+            ENV_VARS,
+            config.timeouts,
+            headers,
+            Some(config.api_key),
+        )?
+        .scrub_url(&url);
         Ok(Anthropic {
             model: config.model,
             url,

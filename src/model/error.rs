@@ -25,6 +25,17 @@ pub enum ModelError {
         timeout: Duration,
         idle: bool,
     },
+    /// Nothing listens at the address: the connection was refused. Transient (a
+    /// server may be restarting), but a run's first step to a local server gives up
+    /// within ~2 s: there it means "not started" (issue 27, [`super::retry`]).
+    #[error("nothing is listening at {host} — is the server running? ({base_var})")]
+    Refused {
+        provider: &'static str,
+        /// `host:port` it tried to reach.
+        host: String,
+        /// The variable that set the address (`OPENAI_BASE_URL`).
+        base_var: &'static str,
+    },
     #[error("{provider} at {host}: connection failed: {message}")]
     Connection {
         provider: &'static str,
@@ -82,11 +93,40 @@ impl ModelError {
                 should_retry,
                 ..
             } => should_retry.unwrap_or_else(|| is_transient_status(*status)),
-            ModelError::Timeout { .. } | ModelError::Connection { .. } => true,
+            ModelError::Timeout { .. }
+            | ModelError::Connection { .. }
+            | ModelError::Refused { .. } => true,
             ModelError::RateLimited { .. } | ModelError::CircuitOpen { .. } => false,
             ModelError::BadResponse { .. }
             | ModelError::Config(_)
             | ModelError::ScriptExhausted { .. } => false,
+        }
+    }
+
+    /// A refused connection to this machine (`localhost`, `127.x`, `::1`).
+    pub fn is_refused_locally(&self) -> bool {
+        match self {
+            ModelError::Refused { host, .. } => {
+                let name = host.rsplit_once(':').map_or(host.as_str(), |(h, _)| h);
+                name == "localhost" || name.starts_with("127.") || name == "[::1]"
+            }
+            _ => false,
+        }
+    }
+
+    /// A few words for a status line: `connection refused`, `HTTP 503`, `timeout`.
+    pub fn brief(&self) -> String {
+        match self {
+            ModelError::Status { status, .. } | ModelError::RateLimited { status, .. } => {
+                format!("HTTP {status}")
+            }
+            ModelError::Timeout { idle: true, .. } => "idle timeout".into(),
+            ModelError::Timeout { .. } => "timeout".into(),
+            ModelError::Refused { .. } => "connection refused".into(),
+            ModelError::Connection { .. } => "connection failed".into(),
+            ModelError::CircuitOpen { .. } => "circuit open".into(),
+            ModelError::BadResponse { .. } => "bad response".into(),
+            ModelError::Config(_) | ModelError::ScriptExhausted { .. } => "error".into(),
         }
     }
 

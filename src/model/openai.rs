@@ -19,6 +19,10 @@ use std::collections::BTreeMap;
 
 const PROVIDER: &str = "openai";
 const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+const ENV_VARS: wire::EnvVars = wire::EnvVars {
+    key: "OPENAI_API_KEY",
+    base_url: "OPENAI_BASE_URL",
+};
 
 /// Everything needed to talk to one OpenAI-compatible endpoint.
 #[derive(Debug, Clone)]
@@ -114,7 +118,8 @@ impl OpenAi {
             )?;
             headers.insert(name, value);
         }
-        let http = Http::new(PROVIDER, config.timeouts, headers, config.api_key)?.scrub_url(&url);
+        let http = Http::new(PROVIDER, ENV_VARS, config.timeouts, headers, config.api_key)?
+            .scrub_url(&url);
         let cache_key = config
             .prompt_cache
             .unwrap_or(url.host_str() == Some("api.openai.com"));

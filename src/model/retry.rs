@@ -211,6 +211,21 @@ pub async fn complete_guarded(
     })
 }
 
+/// How long a run's first step keeps trying a local server that refuses connections:
+/// long enough for one that is just binding its port, short enough that "not started"
+/// is said at once instead of after 15 s of backoff (issue 27).
+pub const FIRST_STEP_REFUSED: Duration = Duration::from_secs(2);
+
+/// Whether `req` asks for a run's first step: no answer of the model in it yet.
+fn is_first_step(req: &ModelRequest<'_>) -> bool {
+    req.purpose == super::Purpose::Step
+        && req.turns_left_out == 0
+        && !req
+            .messages
+            .iter()
+            .any(|m| m.role == super::Role::Assistant)
+}
+
 /// One model, up to `attempts` attempts.
 async fn with_retries(
     model: &Provider,
@@ -222,6 +237,8 @@ async fn with_retries(
     events: &dyn EventSink,
 ) -> Result<ModelResponse, ModelError> {
     let attempts = attempts.max(1);
+    let first_step = is_first_step(req);
+    let mut refused_waited = Duration::ZERO;
     let mut attempt = 1;
     loop {
         let err = match model.complete(req).await {
@@ -229,7 +246,7 @@ async fn with_retries(
             Err(err) if err.is_transient() && attempt < attempts => err,
             Err(err) => return Err(err),
         };
-        let delay = match backoff::next_wait(
+        let mut delay = match backoff::next_wait(
             policy.base,
             policy.max,
             attempt - 1,
@@ -242,10 +259,19 @@ async fn with_retries(
             Wait::After(d) if err.retry_after().is_some() => d,
             Wait::After(_) => equal_jitter(policy, attempt - 1, clock),
         };
+        if first_step && err.is_refused_locally() {
+            let left = FIRST_STEP_REFUSED.saturating_sub(refused_waited);
+            if left.is_zero() {
+                return Err(err);
+            }
+            delay = delay.min(left);
+            refused_waited += delay;
+        }
         events.emit(TraceEvent::ModelRetry {
             model: name.to_string(),
             attempt,
             error: err.to_string(),
+            reason: Some(err.brief()),
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
             at_ms: Some(clock.now_ms()),
         });
@@ -426,7 +452,7 @@ mod tests {
         let evs = events.take();
         assert_eq!(retries(&evs), 0, "{evs:?}");
         assert!(
-            matches!(&evs[..], [TraceEvent::ModelFallback { error, .. }] if error.contains("connection failed")),
+            matches!(&evs[..], [TraceEvent::ModelFallback { error, .. }] if error.contains("nothing is listening")),
             "{evs:?}"
         );
         assert!(breaker.is_open("openai:dead", clock.now_ms()));
@@ -446,7 +472,7 @@ mod tests {
             let err = complete_guarded(&models, &request(&[]), &policy, &breaker, &clock, &events)
                 .await
                 .unwrap_err();
-            assert!(matches!(err, ModelError::Connection { .. }), "{err}");
+            assert!(matches!(err, ModelError::Refused { .. }), "{err}");
         }
         assert_eq!(clock.sleeps().len(), 2, "both calls retried once");
     }
@@ -466,19 +492,58 @@ mod tests {
         }
     }
 
+    /// A transcript past the first step: the model has answered once.
+    fn later() -> Vec<Message> {
+        vec![
+            Message::text(Role::User, "task"),
+            Message::text(Role::Assistant, "working on it"),
+            Message::text(Role::User, "go on"),
+        ]
+    }
+
     #[tokio::test]
     async fn the_default_schedule_waits_at_least_15_seconds_before_giving_up() {
         let clock = NoJitter(FakeClock::new(0));
         let events = EventBuffer::default();
-        let err = complete(&[refused()], &request(&[]), &clock, &events)
+        let messages = later();
+        let err = complete(&[refused()], &request(&messages), &clock, &events)
             .await
             .unwrap_err();
-        assert!(matches!(err, ModelError::Connection { .. }));
+        assert!(matches!(err, ModelError::Refused { .. }));
         let total: Duration = clock.0.sleeps().iter().sum();
         assert_eq!(
             clock.0.sleeps(),
             [500, 1000, 2000, 4000, 8000].map(Duration::from_millis)
         );
         assert!(total >= Duration::from_secs(15));
+    }
+
+    /// Issue 27: on a run's first step a local server that refuses is not running;
+    /// the run says so after 2 s of tries instead of 15 s of backoff, naming the
+    /// variable that points there. Later steps keep the full schedule (above).
+    #[tokio::test]
+    async fn a_refused_local_server_on_the_first_step_fails_within_2_seconds() {
+        let clock = NoJitter(FakeClock::new(0));
+        let events = EventBuffer::default();
+        let err = complete(&[refused()], &request(&[]), &clock, &events)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "nothing is listening at 127.0.0.1:1 — is the server running? (OPENAI_BASE_URL)"
+        );
+        assert_eq!(
+            clock.0.sleeps(),
+            [500, 1000, 500].map(Duration::from_millis)
+        );
+        let reasons: Vec<Option<String>> = events
+            .take()
+            .into_iter()
+            .map(|e| match e {
+                TraceEvent::ModelRetry { reason, .. } => reason,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(reasons, vec![Some("connection refused".to_string()); 3]);
     }
 }

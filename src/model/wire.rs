@@ -108,9 +108,20 @@ pub(crate) enum Flow {
     Done,
 }
 
+/// The environment variables that configure a provider, for messages that name the
+/// one to fix (issue 27).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EnvVars {
+    /// `OPENAI_API_KEY`
+    pub key: &'static str,
+    /// `OPENAI_BASE_URL`
+    pub base_url: &'static str,
+}
+
 /// A reqwest client for one provider, with its fixed headers and timeouts.
 pub(crate) struct Http {
     pub provider: &'static str,
+    vars: EnvVars,
     client: reqwest::Client,
     timeouts: Timeouts,
     /// Only to scrub the key out of messages a server might echo it into.
@@ -123,6 +134,7 @@ pub(crate) struct Http {
 impl Http {
     pub fn new(
         provider: &'static str,
+        vars: EnvVars,
         timeouts: Timeouts,
         headers: HeaderMap,
         key: Option<ApiKey>,
@@ -138,6 +150,7 @@ impl Http {
             })?;
         Ok(Http {
             provider,
+            vars,
             client,
             timeouts,
             key,
@@ -204,7 +217,7 @@ impl Http {
             }
         }
         bytes.truncate(MAX_ERROR_BODY_BYTES);
-        Err(self.status_error(status, &headers, &bytes))
+        Err(self.status_error(url, status, &headers, &bytes))
     }
 
     fn append(&self, bytes: &mut Vec<u8>, chunk: &[u8]) -> Result<(), ModelError> {
@@ -334,8 +347,15 @@ impl Http {
             // Permanent: the same request gets the same redirect.
             return self.bad_response(refused.to_string());
         }
-        // Everything else on the way there or back (refused, reset, closed early, DNS,
-        // TLS) means the server never gave a full answer: worth another attempt.
+        if is_refused(&err) {
+            return ModelError::Refused {
+                provider: self.provider,
+                host: host_of(url),
+                base_var: self.vars.base_url,
+            };
+        }
+        // Everything else on the way there or back (reset, closed early, DNS, TLS)
+        // means the server never gave a full answer: worth another attempt.
         ModelError::Connection {
             provider: self.provider,
             host: host_of(url),
@@ -343,11 +363,28 @@ impl Http {
         }
     }
 
-    fn status_error(&self, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> ModelError {
+    fn status_error(
+        &self,
+        url: &Url,
+        status: StatusCode,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> ModelError {
+        let mut message = self.redact(error_message(status, body));
+        if status == StatusCode::UNAUTHORIZED {
+            // The server's text ("Incorrect API key provided") never says which
+            // variable holds the key, nor where it went (issue 27).
+            message.push_str(&format!(
+                " — check {}: it was sent to {} ({})",
+                self.vars.key,
+                crate::redact::url_shown(url.as_str()),
+                self.vars.base_url
+            ));
+        }
         ModelError::Status {
             provider: self.provider,
             status: status.as_u16(),
-            message: self.redact(error_message(status, body)),
+            message,
             retry_after: backoff::retry_after(headers, SystemTime::now()),
             should_retry: should_retry(headers),
         }
@@ -366,6 +403,20 @@ impl Http {
 enum TimeoutKind {
     Idle,
     Total,
+}
+
+/// Whether the connection was refused (nothing listens at the address).
+fn is_refused(err: &reqwest::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// `host:port` of a URL, for error messages that say where agentrun was trying to go.

@@ -454,3 +454,42 @@ fn a_response_cut_at_the_output_limit_fails_the_run_with_the_reason() {
     assert_eq!(events(&show, "note").len(), 1);
     api.assert_no_keys(&run, v["run_id"].as_str().unwrap());
 }
+
+/// Issue 27: a 401 names the variable holding the key and where it was sent, for each
+/// provider (the servers' own text never does).
+#[test]
+fn a_401_names_the_key_variable_and_where_the_request_went() {
+    for (model, api_path, fixture_name, var, base_var) in [
+        (
+            r#""openai:gpt-4o-mini""#,
+            OPENAI_PATH,
+            "openai/12_error_401_invalid_api_key",
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+        ),
+        (
+            r#""anthropic:claude-sonnet-4-5""#,
+            ANTHROPIC_PATH,
+            "anthropic/12_error_401_authentication",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_BASE_URL",
+        ),
+    ] {
+        let api = Api::new(model);
+        let body = fixture(fixture_name)["response"]["body"].clone();
+        api.answer(
+            api_path,
+            None,
+            None,
+            ResponseTemplate::new(401).set_body_json(body),
+        );
+        let run = api.start(false);
+        run.expect_code(1);
+        let want = format!(
+            " — check {var}: it was sent to {}{api_path} ({base_var})",
+            api.server.uri()
+        );
+        assert!(run.stderr.contains(&want), "want {want:?}\n{run}");
+        assert_eq!(api.requests(api_path).len(), 1, "a 401 is not retried");
+    }
+}
