@@ -628,7 +628,7 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
     let refused = events
         .take()
         .iter()
-        .filter(|e| matches!(e, TraceEvent::ModelRetry { error, .. } if error.contains("connection failed")))
+        .filter(|e| matches!(e, TraceEvent::ModelRetry { reason: Some(r), .. } if r == "connection refused"))
         .count();
     assert!(refused >= 2, "{refused}");
 }
