@@ -3,6 +3,7 @@
 
 mod cancel;
 mod completions;
+mod db;
 mod escalations;
 mod init;
 mod model_args;
@@ -141,6 +142,9 @@ pub enum Command {
     /// Check tool definitions.
     #[command(subcommand)]
     Tools(tools::ToolsCmd),
+    /// Look at the database: server version, TLS, schema, missing rights.
+    #[command(subcommand)]
+    Db(db::DbCmd),
     Init(init::InitArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
@@ -280,7 +284,7 @@ fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
 /// Warns once per process when the database URL carries a password and came from the
 /// command line, where every user of the machine can read it in the process list
 /// (issue 25). The same URL from AGENTRUN_DB or the config file is not shown there.
-fn warn_password_in_argv(path: &Path) {
+pub(crate) fn warn_password_in_argv(path: &Path) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     let Some(url) = path.to_str().filter(|u| crate::store::url_has_password(u)) else {
         return;
@@ -324,6 +328,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         Command::Runs(cmd) => runs::run(&cli, cmd),
         Command::Escalations(cmd) => escalations::run(&cli, cmd),
         Command::Tools(cmd) => tools::run(&cli, cmd),
+        Command::Db(cmd) => db::run(&cli, cmd),
         Command::Init(args) => init::run(&cli, args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),

@@ -17,6 +17,7 @@
 //! - this file: the [`Store`] enum and the table of methods both backends implement.
 
 mod cancel;
+mod check;
 mod durability;
 mod error;
 mod input;
@@ -31,6 +32,7 @@ pub use crate::records::{
     ToolFailures,
 };
 pub use cancel::{CancelOutcome, CancelRequest, cancel_text};
+pub use check::DbCheck;
 pub use durability::{BUSY_TIMEOUT, Durability};
 pub use error::{Result, StoreError};
 pub use input::{NewEscalation, NewRun, StepCommit};
@@ -68,6 +70,14 @@ pub fn shown(db: &Path) -> String {
     match db.to_str().filter(|s| is_postgres_url(s)) {
         Some(url) => pg::redact_url(url),
         None => db.display().to_string(),
+    }
+}
+
+/// Looks at the database `db` names without changing it (`agentrun db check`).
+pub fn check(db: &Path) -> Result<DbCheck> {
+    match db.to_str().filter(|s| is_postgres_url(s)) {
+        Some(url) => pg::check(url),
+        None => sqlite::check(db),
     }
 }
 

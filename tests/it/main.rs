@@ -15,6 +15,7 @@ mod compaction;
 mod console;
 mod core;
 mod crash;
+mod db_check;
 mod docs;
 mod escalations;
 mod examples;

@@ -272,3 +272,63 @@ fn a_run_started_with_pgpassword_stores_no_password() {
         );
     }
 }
+
+/// `db check` with `db` and the environment of [`list`].
+fn db_check(db: &str, env: &[(&str, &str)]) -> crate::common::Run {
+    let p = Project::new();
+    let mut c = p.command(&["db", "check", "--json"]);
+    c.env("AGENTRUN_DB", db).env("HOME", p.path());
+    for k in ["PGPASSWORD", "PGSSLMODE", "PGSSLROOTCERT", "PGPASSFILE"] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    crate::common::Run::from_output(c.output().expect("spawn agentrun"))
+}
+
+#[test]
+fn db_check_reports_tls_and_pending_migrations_and_changes_nothing() {
+    let Some(s) = server() else { return };
+    let db = s.url_for("tlsonly", "127.0.0.1", "&sslmode=require");
+    let run = db_check(&db, &[]);
+    run.expect_code(0);
+    let v = run.json();
+    assert_eq!(v["backend"], "postgres");
+    assert!(
+        v["server_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("PostgreSQL "),
+        "{v}"
+    );
+    assert!(v["tls"].as_str().unwrap().starts_with("TLSv1."), "{v}");
+    assert_eq!(v["schema_version"], 0);
+    assert!(v["pending_migrations"].as_i64().unwrap() > 0, "{v}");
+    assert_eq!(v["missing_privileges"], serde_json::json!([]));
+    // Still nothing there: a second look finds the same; opening migrates.
+    assert_eq!(db_check(&db, &[]).json()["schema_version"], 0);
+    list(&db, &[]).expect_code(0);
+    let after = db_check(&db, &[]).json();
+    assert_eq!(after["pending_migrations"], 0);
+    assert_eq!(after["schema_version"], after["known_version"]);
+    // Without TLS the report says so.
+    let plain = db_check(&s.url_for("agentrun", "127.0.0.1", "&sslmode=disable"), &[]);
+    assert_eq!(plain.json()["tls"], serde_json::Value::Null);
+}
+
+#[test]
+fn db_check_names_the_right_a_role_lacks() {
+    let Some(s) = server() else { return };
+    // A schema tlsonly was given no rights on.
+    let schema = fresh_pg_schema(&s.url);
+    let options = schema.split_once('?').map_or("", |(_, q)| q);
+    let db = format!(
+        "postgres://tlsonly@127.0.0.1:{}/agentrun?{options}&sslmode=require",
+        s.port
+    );
+    let run = db_check(&db, &[]);
+    run.expect_code(2);
+    let missing = run.json()["missing_privileges"].to_string();
+    assert!(missing.contains("CREATE on"), "{run}");
+}

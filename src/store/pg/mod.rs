@@ -45,6 +45,7 @@
 
 mod admin;
 mod cancel;
+mod check;
 mod conn;
 mod conninfo;
 mod escalations;
@@ -57,5 +58,6 @@ mod tls;
 mod url;
 mod write;
 
+pub use check::check;
 pub use conn::PgStore;
 pub use url::redact_url;

@@ -33,6 +33,7 @@
 
 mod admin;
 mod cancel;
+mod check;
 mod conn;
 mod escalations;
 mod journal;
@@ -42,4 +43,5 @@ mod rows;
 mod runs;
 mod write;
 
+pub use check::check;
 pub use conn::SqliteStore;
