@@ -31,6 +31,17 @@ pub const POINTS: &[&str] = &[
 /// the holder after it read the request but before it stopped the run.
 pub const CANCEL_POINTS: &[&str] = &["inside_cancel", "after_cancel_requested", "cancel_seen"];
 
+/// The points of the notification outbox (issue 24), in the order an event reaches
+/// them: inside the transaction that writes the event (before its commit), after the
+/// commit before the event is sent, and after it was sent before it is marked.
+/// `tests/it/notify.rs` kills the process at each and checks every event still reaches
+/// the receiver, once by its id.
+pub const NOTIFY_POINTS: &[&str] = &[
+    "notify_before_commit",
+    "notify_after_commit",
+    "notify_after_delivery",
+];
+
 #[cfg(debug_assertions)]
 pub fn point(name: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};

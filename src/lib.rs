@@ -14,6 +14,7 @@ pub mod hooks;
 pub mod machine;
 pub mod model;
 pub mod net;
+pub mod notify;
 pub mod prompts;
 pub mod records;
 pub mod recovery;

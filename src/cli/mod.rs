@@ -7,6 +7,7 @@ mod db;
 mod escalations;
 mod init;
 mod model_args;
+mod notify;
 pub mod out;
 mod output;
 pub mod progress;
@@ -139,6 +140,9 @@ pub enum Command {
     /// The human queue: escalations that wait for a person's decision.
     #[command(subcommand)]
     Escalations(escalations::EscalationsCmd),
+    /// Notifications: events the outbox could not deliver.
+    #[command(subcommand)]
+    Notify(notify::NotifyCmd),
     /// Check tool definitions.
     #[command(subcommand)]
     Tools(tools::ToolsCmd),
@@ -319,17 +323,44 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
     ) {
         cli.settings = settings::load(&cli)?;
     }
+    // Notification events a crashed process left pending go out while this command
+    // works (issue 24); what this command caused goes out after it, before exit.
+    let notifies = matches!(
+        cli.command,
+        Command::Start(_)
+            | Command::Resume(_)
+            | Command::Worker(_)
+            | Command::Escalations(_)
+            | Command::Runs(runs::RunsCmd::Cancel(_))
+    );
+    // (`serve` delivers on a timer of its own, from its first second.)
+    let pending = notifies.then(|| {
+        let db = cli.db_path();
+        std::thread::spawn(move || crate::notify::deliver_for(&db))
+    });
+    let result = dispatch(&cli);
+    if let Some(t) = pending {
+        let _ = t.join();
+    }
+    if notifies {
+        crate::notify::deliver_for(&cli.db_path());
+    }
+    result
+}
+
+fn dispatch(cli: &Cli) -> anyhow::Result<Exit> {
     match &cli.command {
-        Command::Start(args) => start::start(&cli, args),
-        Command::Resume(args) => start::resume(&cli, args),
-        Command::Submit(args) => queue::submit(&cli, args),
-        Command::Worker(args) => queue::worker(&cli, args),
-        Command::Serve(args) => serve::run(&cli, args),
-        Command::Runs(cmd) => runs::run(&cli, cmd),
-        Command::Escalations(cmd) => escalations::run(&cli, cmd),
-        Command::Tools(cmd) => tools::run(&cli, cmd),
-        Command::Db(cmd) => db::run(&cli, cmd),
-        Command::Init(args) => init::run(&cli, args),
+        Command::Start(args) => start::start(cli, args),
+        Command::Resume(args) => start::resume(cli, args),
+        Command::Submit(args) => queue::submit(cli, args),
+        Command::Worker(args) => queue::worker(cli, args),
+        Command::Serve(args) => serve::run(cli, args),
+        Command::Runs(cmd) => runs::run(cli, cmd),
+        Command::Escalations(cmd) => escalations::run(cli, cmd),
+        Command::Notify(cmd) => notify::run(cli, cmd),
+        Command::Tools(cmd) => tools::run(cli, cmd),
+        Command::Db(cmd) => db::run(cli, cmd),
+        Command::Init(args) => init::run(cli, args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
     }

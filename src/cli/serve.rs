@@ -63,6 +63,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
             .map_err(|e| BadInput(format!("--addr {addr}: cannot listen: {e}")))?;
         let bound = listener.local_addr()?;
         let (router, _app) = crate::serve::router(&opts, store);
+        crate::serve::spawn_notifier(&opts.db);
         if given.is_some() {
             crate::errln!(
                 "agentrun: console at http://{bound}/ (log in with AGENTRUN_SERVE_TOKEN at http://{bound}/login)"

@@ -8,6 +8,7 @@
 
 pub mod hooks;
 mod mcp;
+mod notify;
 pub mod preflight;
 mod raw;
 pub(crate) use raw::hint as key_hint;

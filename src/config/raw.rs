@@ -109,6 +109,18 @@ pub struct RawMcp {
     pub output_cap: Option<i64>,
 }
 
+/// `[notify]` (issue 24): where to announce escalations and run ends.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNotify {
+    pub webhook: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub events: Option<Vec<String>>,
+    pub public_url: Option<String>,
+    pub timeout: Option<String>,
+    pub attempts: Option<i64>,
+}
+
 /// One section read as far as it could be.
 #[derive(Debug, Default)]
 pub struct Section<T> {
@@ -126,9 +138,10 @@ pub struct RawFile {
     pub tools: BTreeMap<String, Section<RawTool>>,
     pub mcp: BTreeMap<String, Section<RawMcp>>,
     pub hooks: Section<super::hooks::RawHooks>,
+    pub notify: Option<Section<RawNotify>>,
 }
 
-const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp", "hooks"];
+const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp", "hooks", "notify"];
 
 /// Where a problem is: a top-level section or a tool.
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +162,9 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
             "tools" => read_tools(value, text, &mut file.tools, sink),
             "mcp" => read_mcp(value, text, &mut file.mcp, sink),
             "hooks" => file.hooks = read_section(value, text, Where::Section("hooks"), sink),
+            "notify" => {
+                file.notify = Some(read_section(value, text, Where::Section("notify"), sink))
+            }
             other => {
                 let at = location(text, key.span().start);
                 let hint = hint(other, TOP_KEYS);

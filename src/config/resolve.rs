@@ -52,12 +52,16 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
     let mcp = super::mcp::resolve_servers(raw.mcp, &defaults, &env_defaults, &cwd, sink);
     check_fallbacks(&tools, &props, &mcp, sink);
     let hooks = super::hooks::resolve(raw.hooks.value, &env_defaults, &cwd, sink);
+    let notify = raw
+        .notify
+        .map(|n| super::notify::resolve(n.value, &defaults, sink));
     ToolsConfig {
         defaults,
         policy,
         tools,
         mcp,
         hooks,
+        notify,
     }
 }
 

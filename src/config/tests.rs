@@ -158,6 +158,7 @@ fn design_example_parses_to_the_expected_config() {
             .collect(),
         mcp: Default::default(),
         hooks: Default::default(),
+        notify: None,
     };
     assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
 }

@@ -196,6 +196,8 @@ pub struct ToolsConfig {
     pub mcp: BTreeMap<String, McpServer>,
     /// `[hooks]` (issue 26).
     pub hooks: super::hooks::Hooks,
+    /// `[notify]`: where escalations and run ends are announced (issue 24).
+    pub notify: Option<NotifyConfig>,
 }
 
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
@@ -215,4 +217,46 @@ pub fn normalise_text(s: &str) -> String {
 /// Compiles an approval pattern's regular expression (case-insensitive).
 pub fn pattern_regex(re: &str) -> Result<regex::Regex, regex::Error> {
     regex::RegexBuilder::new(re).case_insensitive(true).build()
+}
+
+/// An event `[notify]` can announce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum NotifyEvent {
+    EscalationFiled,
+    EscalationResolved,
+    RunEnded,
+}
+
+impl NotifyEvent {
+    pub const ALL: [NotifyEvent; 3] = [
+        NotifyEvent::EscalationFiled,
+        NotifyEvent::EscalationResolved,
+        NotifyEvent::RunEnded,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyEvent::EscalationFiled => "escalation_filed",
+            NotifyEvent::EscalationResolved => "escalation_resolved",
+            NotifyEvent::RunEnded => "run_ended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<NotifyEvent> {
+        NotifyEvent::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+}
+
+/// `[notify]`, validated: a webhook and/or a command, the events they get, and the
+/// retry policy of a delivery (from `[defaults]` unless given).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotifyConfig {
+    /// `https://…` (or `http://`); `${VAR}` is read from the environment when sending.
+    pub webhook: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub events: Vec<NotifyEvent>,
+    /// Where `agentrun serve` is reached (`https://console.example.com`): events then
+    /// carry a link to the escalation or run.
+    pub public_url: Option<String>,
+    pub retry: RetryPolicy,
 }

@@ -79,10 +79,11 @@ pub async fn run_slot(
         let wait = match store.claim(&cfg.name, cfg.ttl) {
             Ok(Some(lease)) => {
                 let id = lease.run.clone();
-                report(
-                    &id,
-                    drive_claimed(cfg, &store, lease, shutdown.clone()).await,
-                );
+                let report_of = drive_claimed(cfg, &store, lease, shutdown.clone()).await;
+                // The run's events (escalations, its end) go out now, not when the
+                // worker exits (issue 24).
+                crate::notify::deliver_pending(&store).await;
+                report(&id, report_of);
                 continue;
             }
             Ok(None) => {

@@ -67,6 +67,23 @@ const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("cache-control", "no-store"),
 ];
 
+/// How often the console delivers pending notification events (decisions made here,
+/// runs it drives).
+const NOTIFY_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Delivers pending notification events every [`NOTIFY_EVERY`] while the console
+/// runs, on a thread of its own with its own store connection (a slow receiver never
+/// holds a page up). It ends with the process.
+pub fn spawn_notifier(db: &std::path::Path) {
+    let db = db.to_path_buf();
+    std::thread::spawn(move || {
+        loop {
+            crate::notify::deliver_for(&db);
+            std::thread::sleep(NOTIFY_EVERY);
+        }
+    });
+}
+
 /// The console's routes over `store`.
 pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
     let app = Arc::new(App {

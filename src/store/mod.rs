@@ -22,6 +22,7 @@ mod durability;
 mod error;
 mod input;
 mod lease;
+mod outbox;
 mod pg;
 mod sqlite;
 
@@ -37,6 +38,7 @@ pub use durability::{BUSY_TIMEOUT, Durability};
 pub use error::{Result, StoreError};
 pub use input::{NewEscalation, NewRun, StepCommit};
 pub use lease::{LEASE_TTL_MS, Lease};
+pub use outbox::{Delivery, Notice, ends_run};
 
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
@@ -250,6 +252,12 @@ delegate! {
     fn resolve_escalation(&self, id: EscalationId, resolution: &Resolution, by: &str) -> Result<()>;
     /// Marks a between-step escalation's decision as carried into the run.
     fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()>;
+    /// Pending notification events, oldest first (issue 24).
+    fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>>;
+    /// Notification events that failed at least once (all with `all`), newest first.
+    fn list_notices(&self, all: bool) -> Result<Vec<Notice>>;
+    /// Records how a delivery of a notification event went.
+    fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()>;
     /// Deletes one run and everything it owns. Returns false when no such run exists.
     fn delete_run(&self, id: &RunId) -> Result<bool>;
     /// Makes removed runs unrecoverable from the database's files (after `delete_run`);

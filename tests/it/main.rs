@@ -29,6 +29,7 @@ mod mcp;
 mod models_e2e;
 mod newcomer;
 mod operating;
+mod notify;
 mod parallel;
 mod pg;
 mod pg_tls;

@@ -57,6 +57,7 @@ impl PgStore {
                     &[&id.0, &text, &now],
                 )?;
                 close_escalations(tx, &id, now)?;
+                super::outbox::record_if_ended(tx, &id, RunStatus::Cancelled, Some(&text))?;
             }
             Ok(outcome)
         })

@@ -97,24 +97,29 @@ impl PgStore {
             message: e.to_string(),
         })?;
         let by = by.to_string();
+        let summary = format!("{} by {by}", crate::decide::describe(resolution));
         self.write(move |tx| {
-            let status: Option<String> = tx
+            let found: Option<(String, String, String)> = tx
                 .opt(
-                    "SELECT status FROM escalations WHERE id = $1 FOR UPDATE",
+                    "SELECT status, run_id, kind FROM escalations WHERE id = $1 FOR UPDATE",
                     &[&id.0],
                 )?
-                .map(|r| r.get(0));
-            match status.as_deref() {
+                .map(|r| (r.get(0), r.get(1), r.get(2)));
+            let (run, kind) = match found {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
-                Some("open") => {}
-                Some("cancelled") => return Err(StoreError::EscalationCancelled(id.0)),
+                Some((status, run, kind)) if status == "open" => (RunId(run), kind),
+                Some((status, _, _)) if status == "cancelled" => {
+                    return Err(StoreError::EscalationCancelled(id.0))
+                }
                 Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
-            }
+            };
             tx.exec(
                 "UPDATE escalations SET status = 'resolved', resolved_at = $2, resolved_by = $3,
                     resolution = $4 WHERE id = $1",
                 &[&id.0, &now_ms(), &by, &json],
             )?;
+            let event = crate::config::types::NotifyEvent::EscalationResolved;
+            super::outbox::record(tx, event, &run, Some(id.0), &kind, &summary)?;
             Ok(())
         })
     }

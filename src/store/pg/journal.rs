@@ -103,6 +103,7 @@ impl PgStore {
         let messages = encode_messages(&lease.run, c.messages)?;
         let state = c.state.to_string();
         let (input, output) = (c.input_tokens as i64, c.output_tokens as i64);
+        let run_status = c.status;
         let status = c.status.as_str();
         let answer = c.answer.map(str::to_string);
         let error = c.error.map(str::to_string);
@@ -139,6 +140,8 @@ impl PgStore {
                     &now_ms(),
                 ],
             )?;
+            let ended = answer.as_deref().or(error.as_deref());
+            super::outbox::record_if_ended(tx, &lease.run, run_status, ended)?;
             tx.exec(
                 "DELETE FROM model_turns WHERE run_id = $1 AND step = $2",
                 &[&lease.run.0, &step],
@@ -165,6 +168,7 @@ impl PgStore {
         let lease = lease.clone();
         let messages = encode_messages(&lease.run, messages)?;
         let state = state.to_string();
+        let ended = status.map(|(s, r)| (s, r.to_string()));
         let status = status.map(|(s, r)| (s.as_str(), r.to_string()));
         self.write(move |tx| {
             check_lease(tx, &lease)?;
@@ -184,6 +188,9 @@ impl PgStore {
                     "UPDATE runs SET status = $2, error = $3, updated_at = $4 WHERE id = $1",
                     &[&lease.run.0, status, reason, &now_ms()],
                 )?;
+            }
+            if let Some((st, reason)) = &ended {
+                super::outbox::record_if_ended(tx, &lease.run, *st, Some(reason))?;
             }
             tx.exec(
                 "UPDATE escalations SET applied = true WHERE id = $1",

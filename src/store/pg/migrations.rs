@@ -118,4 +118,22 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN cancel_by TEXT;
     ALTER TABLE runs ADD COLUMN cancel_reason TEXT;
     "#,
+    // 5: the notification outbox (as SQLite's migration 7).
+    r#"
+    CREATE TABLE outbox (
+        seq           BIGSERIAL PRIMARY KEY,
+        id            TEXT NOT NULL UNIQUE,
+        event         TEXT NOT NULL,
+        run_id        TEXT NOT NULL,
+        escalation_id BIGINT,
+        kind          TEXT NOT NULL,
+        summary       TEXT NOT NULL,
+        created_at    BIGINT NOT NULL,
+        state         TEXT NOT NULL,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        delivered_at  BIGINT
+    );
+    CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
+    "#,
 ];

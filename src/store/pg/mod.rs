@@ -51,6 +51,7 @@ mod conninfo;
 mod escalations;
 mod journal;
 mod migrations;
+mod outbox;
 mod queue;
 mod rows;
 mod runs;

@@ -122,6 +122,7 @@ impl PgStore {
             if status == RunStatus::Cancelled {
                 super::cancel::close_escalations(tx, &lease.run, now_ms())?;
             }
+            super::outbox::record_if_ended(tx, &lease.run, status, error.as_deref())?;
             Ok(())
         })
     }

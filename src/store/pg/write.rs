@@ -133,5 +133,8 @@ pub(super) fn insert_escalation(
          VALUES ($1, $2, $3, 'open', $4, $5, $6) RETURNING id",
         &[&run.0, &e.step, &e.kind, &e.summary, &e.detail, &now_ms()],
     )?;
-    Ok(EscalationId(row.get(0)))
+    let id: i64 = row.get(0);
+    let event = crate::config::types::NotifyEvent::EscalationFiled;
+    super::outbox::record(tx, event, run, Some(id), e.kind, &e.summary)?;
+    Ok(EscalationId(id))
 }

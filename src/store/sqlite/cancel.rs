@@ -49,13 +49,15 @@ impl SqliteStore {
                          WHERE id = ?1",
                         params![id.0, now, by, reason],
                     )?;
+                    let text = cancel_text_of(tx, id)?;
                     tx.execute(
                         "UPDATE runs SET status = 'cancelled', error = ?2, updated_at = ?3,
                             lease_pid = NULL, lease_worker = NULL, lease_token = lease_token + 1
                          WHERE id = ?1",
-                        params![id.0, cancel_text_of(tx, id)?, now],
+                        params![id.0, text, now],
                     )?;
                     close_escalations(tx, id, now)?;
+                    super::outbox::record_if_ended(tx, id, RunStatus::Cancelled, Some(&text))?;
                 }
                 CancelOutcome::AlreadyCancelled | CancelOutcome::Finished(_) => {}
             }

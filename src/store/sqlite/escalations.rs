@@ -93,24 +93,29 @@ impl SqliteStore {
             message: e.to_string(),
         })?;
         self.write(|tx| {
-            let status: Option<String> = tx
+            let found: Option<(String, String, String)> = tx
                 .query_row(
-                    "SELECT status FROM escalations WHERE id = ?1",
+                    "SELECT status, run_id, kind FROM escalations WHERE id = ?1",
                     [id.0],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()?;
-            match status.as_deref() {
+            let (run, kind) = match found {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
-                Some("open") => {}
-                Some("cancelled") => return Err(StoreError::EscalationCancelled(id.0)),
+                Some((status, run, kind)) if status == "open" => (RunId(run), kind),
+                Some((status, _, _)) if status == "cancelled" => {
+                    return Err(StoreError::EscalationCancelled(id.0))
+                }
                 Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
-            }
+            };
             tx.execute(
                 "UPDATE escalations SET status = 'resolved', resolved_at = ?2, resolved_by = ?3,
                     resolution = ?4 WHERE id = ?1",
                 params![id.0, now_ms(), by, json],
             )?;
+            let summary = format!("{} by {by}", crate::decide::describe(resolution));
+            let event = crate::config::types::NotifyEvent::EscalationResolved;
+            super::outbox::record(tx, event, &run, Some(id.0), &kind, &summary)?;
             Ok(())
         })
     }

@@ -157,6 +157,7 @@ impl SqliteStore {
             if n == 0 {
                 return Err(StoreError::LeaseLost(lease.run.clone()));
             }
+            super::outbox::record_if_ended(tx, &lease.run, c.status, c.answer.or(c.error))?;
             if let Some(record) = c.outcome {
                 update_call(tx, &lease.run, c.step, record)?;
             }
@@ -219,6 +220,7 @@ impl SqliteStore {
                     reason,
                     now_ms()
                 ])?;
+                super::outbox::record_if_ended(tx, &lease.run, status, Some(reason))?;
             }
             tx.prepare_cached("UPDATE escalations SET applied = 1 WHERE id = ?1")?
                 .execute([escalation])?;

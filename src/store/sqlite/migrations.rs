@@ -128,6 +128,25 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE runs ADD COLUMN cancel_by TEXT;
     ALTER TABLE runs ADD COLUMN cancel_reason TEXT;
     "#,
+    // 7: the notification outbox (issue 24): one row per event, written with the change
+    // it announces, delivered after commit, then marked.
+    r#"
+    CREATE TABLE outbox (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        id            TEXT NOT NULL UNIQUE,
+        event         TEXT NOT NULL,
+        run_id        TEXT NOT NULL,
+        escalation_id INTEGER,
+        kind          TEXT NOT NULL,
+        summary       TEXT NOT NULL,
+        created_at    INTEGER NOT NULL,
+        state         TEXT NOT NULL,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        last_error    TEXT,
+        delivered_at  INTEGER
+    );
+    CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
+    "#,
 ];
 
 #[cfg(test)]

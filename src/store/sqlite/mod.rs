@@ -38,6 +38,7 @@ mod conn;
 mod escalations;
 mod journal;
 mod migrations;
+mod outbox;
 mod queue;
 mod rows;
 mod runs;

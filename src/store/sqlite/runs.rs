@@ -115,6 +115,7 @@ impl SqliteStore {
             if status == RunStatus::Cancelled {
                 super::cancel::close_escalations(tx, &lease.run, now_ms())?;
             }
+            super::outbox::record_if_ended(tx, &lease.run, status, error)?;
             Ok(())
         })
     }

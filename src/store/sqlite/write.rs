@@ -128,5 +128,14 @@ pub(super) fn insert_escalation(
             now_ms()
         ],
     )?;
-    Ok(EscalationId(tx.last_insert_rowid()))
+    let id = tx.last_insert_rowid();
+    super::outbox::record(
+        tx,
+        crate::config::types::NotifyEvent::EscalationFiled,
+        run,
+        Some(id),
+        new.kind().as_str(),
+        new.summary,
+    )?;
+    Ok(EscalationId(id))
 }

@@ -1,0 +1,265 @@
+//! Delivering notification events from the store's outbox (issue 24).
+//!
+//! Whoever writes an escalation or a run's end writes its event row in the same
+//! transaction (`store/outbox.rs`); [`deliver_pending`] sends what is pending and marks
+//! it. Every agentrun process that works on a database calls it — after the change it
+//! made (run, resume, worker, resolve, serve) and when it starts — so an event a crash
+//! left pending goes out with the next process, whichever it is.
+//!
+//! Targets come from the run's own `[notify]` (its tools.toml as snapshotted at start):
+//! a webhook gets the event as a JSON POST with `Idempotency-Key: EVENT_ID` and a
+//! Slack-compatible `text`; a command gets the same JSON on stdin and the event id as
+//! `AGENTRUN_CALL_ID`. Each delivery goes through the tools' recovery chain
+//! (per-attempt timeout, retries with backoff, `Retry-After`), and a target that keeps
+//! failing is left alone for the rest of the pass (a breaker), so one dead receiver
+//! cannot hold a process up. A failure is recorded on the row (`agentrun notify list`)
+//! and retried by later passes up to [`MAX_PASSES`]; it never fails or blocks a run.
+
+use crate::config::types::{
+    Approval, CommandSpec, HttpSpec, NotifyConfig, OnUnknown, ToolDef, ToolKind, ToolsConfig,
+};
+use crate::recovery::{Execution, Gate};
+use crate::setup::Snapshot;
+use crate::store::{Delivery, Notice, RunId, Store};
+use crate::tools::CallContext;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Events read per pass.
+const BATCH: u32 = 100;
+/// Passes that may fail before an event is marked failed for good.
+pub const MAX_PASSES: u32 = 5;
+/// Consecutive failures of one target before this pass stops trying it.
+const BREAKER: u32 = 3;
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Pass {
+    pub delivered: u32,
+    pub skipped: u32,
+    pub failed: u32,
+}
+
+/// The JSON a receiver gets.
+pub fn payload(n: &Notice, public_url: Option<&str>) -> Value {
+    let link = public_url.map(|base| {
+        let base = base.trim_end_matches('/');
+        match n.escalation_id {
+            Some(e) => format!("{base}/escalations/{e}"),
+            None => format!("{base}/runs/{}", n.run_id),
+        }
+    });
+    let what = match n.event {
+        crate::config::types::NotifyEvent::EscalationFiled => {
+            format!(
+                "Run {} needs a person ({}): {}",
+                n.run_id, n.kind, n.summary
+            )
+        }
+        crate::config::types::NotifyEvent::EscalationResolved => format!(
+            "Escalation {} of run {} was decided: {}",
+            n.escalation_id.unwrap_or_default(),
+            n.run_id,
+            n.summary
+        ),
+        crate::config::types::NotifyEvent::RunEnded => {
+            format!("Run {} ended: {}", n.run_id, n.kind)
+        }
+    };
+    let text = match &link {
+        Some(l) => format!("{what} <{l}>"),
+        None => what,
+    };
+    json!({
+        "event": n.event.as_str(),
+        "event_id": n.id,
+        "run_id": n.run_id.as_str(),
+        "escalation_id": n.escalation_id,
+        "kind": n.kind,
+        "summary": n.summary,
+        "link": link,
+        "created_at": crate::timefmt::rfc3339(n.created_at),
+        "text": text,
+    })
+}
+
+/// Sends every pending event and marks each. Never fails: a store error ends the pass
+/// (the events stay pending for the next one).
+pub async fn deliver_pending(store: &Store) -> Pass {
+    let mut pass = Pass::default();
+    let Ok(pending) = store.pending_notices(BATCH) else {
+        return pass;
+    };
+    let mut configs: HashMap<RunId, Option<NotifyConfig>> = HashMap::new();
+    let mut failures: HashMap<String, u32> = HashMap::new();
+    for n in pending {
+        let cfg = configs
+            .entry(n.run_id.clone())
+            .or_insert_with(|| run_config(store, &n.run_id))
+            .clone();
+        let Some(cfg) = cfg.filter(|c| c.events.contains(&n.event)) else {
+            let _ = store.mark_notice(&n.id, &Delivery::Skipped);
+            pass.skipped += 1;
+            continue;
+        };
+        crate::fault::point("notify_after_commit");
+        let body = payload(&n, cfg.public_url.as_deref());
+        let mut errors = Vec::new();
+        let mut tripped = false;
+        for target in targets(&cfg, &n.id) {
+            let key = target.name.clone();
+            if failures.get(&key).is_some_and(|f| *f >= BREAKER) {
+                tripped = true;
+                continue;
+            }
+            match send(&target, &body, &n).await {
+                Ok(()) => {
+                    failures.remove(&key);
+                }
+                Err(e) => {
+                    *failures.entry(key).or_default() += 1;
+                    errors.push(e);
+                }
+            }
+        }
+        if tripped && errors.is_empty() {
+            continue; // left pending: a later pass tries the open target again
+        }
+        let how = if errors.is_empty() {
+            crate::fault::point("notify_after_delivery");
+            pass.delivered += 1;
+            Delivery::Delivered
+        } else {
+            pass.failed += 1;
+            Delivery::Failed {
+                give_up: n.attempts + 1 >= MAX_PASSES,
+                error: errors.join("; "),
+            }
+        };
+        let _ = store.mark_notice(&n.id, &how);
+    }
+    pass
+}
+
+/// Opens the database (if it exists) and runs [`deliver_pending_blocking`]; for the
+/// command layer, which calls it when a command starts and after it ends.
+pub fn deliver_for(db: &Path) -> Pass {
+    let exists = crate::store::is_postgres_url(&db.to_string_lossy()) || db.exists();
+    match exists.then(|| Store::open(db, false)) {
+        Some(Ok(store)) => deliver_pending_blocking(&store),
+        _ => Pass::default(),
+    }
+}
+
+/// [`deliver_pending`] on a runtime of its own, for the synchronous command layer.
+pub fn deliver_pending_blocking(store: &Store) -> Pass {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(deliver_pending(store)),
+        Err(_) => Pass::default(),
+    }
+}
+
+/// The run's `[notify]`, from its tools.toml as snapshotted at start.
+fn run_config(store: &Store, run: &RunId) -> Option<NotifyConfig> {
+    let snapshot: Snapshot = serde_json::from_str(&store.snapshot(run).ok()?).ok()?;
+    let cfg = crate::config::parse(&snapshot.tools_toml, Path::new(&snapshot.tools_path)).ok()?;
+    cfg.notify
+}
+
+/// `${VAR}` in a webhook URL, from the environment at send time (a Slack webhook URL
+/// is itself a secret, and stays out of tools.toml and the store that way).
+fn expand(url: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = url;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..]
+            .find('}')
+            .ok_or_else(|| "webhook: unclosed ${".to_string())?;
+        let var = &rest[at + 2..at + end];
+        let value = std::env::var(var).map_err(|_| {
+            format!("webhook needs the environment variable `{var}`, which is not set")
+        })?;
+        out.push_str(&value);
+        rest = &rest[at + end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// One delivery target as a tool the recovery chain can run.
+fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
+    let def = |name: &str, kind: ToolKind| ToolDef {
+        name: name.to_string(),
+        description: String::new(),
+        input_schema: json!({"type": "object"}),
+        kind,
+        retry: cfg.retry.clone(),
+        // Receivers drop repeats by the event id, so retrying after a timeout is safe.
+        idempotent: true,
+        fallback: Vec::new(),
+        stale: false,
+        approval: Approval::Never,
+        on_unknown: OnUnknown::TellModel,
+    };
+    let mut out = Vec::new();
+    if let Some(url) = &cfg.webhook {
+        let mut headers = std::collections::BTreeMap::new();
+        headers.insert("Idempotency-Key".to_string(), event_id.to_string());
+        let url = expand(url).unwrap_or_else(|e| format!("invalid://{e}"));
+        out.push(def(
+            "notify_webhook",
+            ToolKind::Http(HttpSpec {
+                method: "POST".into(),
+                url: url.replace('{', "%7B").replace('}', "%7D"),
+                headers,
+                output_cap: 4096,
+            }),
+        ));
+    }
+    if let Some(argv) = &cfg.command {
+        out.push(def(
+            "notify_command",
+            ToolKind::Command(CommandSpec {
+                argv: argv.clone(),
+                env: Vec::new(),
+                set: Default::default(),
+                inherit_all: false,
+                cwd: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+                output_cap: 4096,
+            }),
+        ));
+    }
+    out
+}
+
+/// Runs one delivery through the recovery chain; the error is one line.
+async fn send(def: &ToolDef, body: &Value, n: &Notice) -> Result<(), String> {
+    let mut cfg = ToolsConfig::default();
+    cfg.tools.insert(def.name.clone(), def.clone());
+    let prompts = crate::prompts::Prompts::builtin();
+    let clock = crate::clock::SystemClock;
+    let events = crate::trace::EventBuffer::default();
+    let ctx = CallContext {
+        run_id: n.run_id.as_str(),
+        call_id: &n.id,
+        key: &n.id,
+        clock: &clock,
+        events: &events,
+        mcp: None,
+    };
+    let run = |_: &ToolDef, _: &Value| Gate::Run;
+    match crate::recovery::execute(&cfg, &prompts, &def.name, body, &ctx, &run).await {
+        Execution::Done(o) if !o.is_error => Ok(()),
+        Execution::Done(o) => Err(format!(
+            "{}: {}",
+            def.name,
+            o.content["message"].as_str().unwrap_or("failed")
+        )),
+        Execution::Paused { .. } => Err(format!("{}: paused", def.name)),
+    }
+}
