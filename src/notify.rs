@@ -98,6 +98,10 @@ pub async fn deliver_pending(store: &Store) -> Pass {
             .entry(n.run_id.clone())
             .or_insert_with(|| run_config(store, &n.run_id))
             .clone();
+        // Another process passing over the outbox now may be sending it.
+        if !matches!(store.claim_notice(&n.id), Ok(true)) {
+            continue;
+        }
         let Some(cfg) = cfg.filter(|c| c.events.contains(&n.event)) else {
             let _ = store.mark_notice(&n.id, &Delivery::Skipped);
             pass.skipped += 1;
@@ -106,11 +110,13 @@ pub async fn deliver_pending(store: &Store) -> Pass {
         crate::fault::point("notify_after_commit");
         let body = payload(&n, cfg.public_url.as_deref());
         let mut errors = Vec::new();
-        let mut tripped = false;
         for target in targets(&cfg, &n.id) {
             let key = target.name.clone();
             if failures.get(&key).is_some_and(|f| *f >= BREAKER) {
-                tripped = true;
+                // The breaker: counted as this pass's failure, tried by a later pass.
+                errors.push(format!(
+                    "{key}: not tried (failed {BREAKER} times in a row)"
+                ));
                 continue;
             }
             match send(&target, &body, &n).await {
@@ -122,9 +128,6 @@ pub async fn deliver_pending(store: &Store) -> Pass {
                     errors.push(e);
                 }
             }
-        }
-        if tripped && errors.is_empty() {
-            continue; // left pending: a later pass tries the open target again
         }
         let how = if errors.is_empty() {
             crate::fault::point("notify_after_delivery");
@@ -226,6 +229,7 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
             "notify_command",
             ToolKind::Command(CommandSpec {
                 argv: argv.clone(),
+                program: None,
                 env: Vec::new(),
                 set: Default::default(),
                 inherit_all: false,

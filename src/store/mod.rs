@@ -256,6 +256,9 @@ delegate! {
     fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>>;
     /// Notification events that failed at least once (all with `all`), newest first.
     fn list_notices(&self, all: bool) -> Result<Vec<Notice>>;
+    /// Takes a pending event for this process to send (false: it is not pending, or
+    /// a live process is sending it); [`mark_notice`] gives the claim up.
+    fn claim_notice(&self, id: &str) -> Result<bool>;
     /// Records how a delivery of a notification event went.
     fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()>;
     /// Deletes one run and everything it owns. Returns false when no such run exists.

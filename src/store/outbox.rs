@@ -7,6 +7,11 @@
 //! (run, worker, serve) delivers it; a crash after delivery but before the mark
 //! delivers it again with the same event id, which receivers use to drop repeats
 //! (`Idempotency-Key`). So: at least once, never lost, never two ids for one event.
+//!
+//! Two processes passing over the outbox at once (a worker's slots, `runs cancel` and
+//! the run's holder) never both send an event: each claims it first (`claim_notice`),
+//! and a claim stands while its process lives (or, from another machine, for
+//! [`CLAIM_MS`]).
 
 use crate::config::types::NotifyEvent;
 use crate::records::{RunId, RunStatus};
@@ -41,6 +46,11 @@ pub enum Delivery {
         give_up: bool,
     },
 }
+
+/// How long a claim on an event stands when its process cannot be checked (a process
+/// on another machine): longer than a delivery with all its retries takes. A claim by
+/// a dead process on this machine is void at once.
+pub const CLAIM_MS: i64 = 5 * 60_000;
 
 /// A new event's id: 128 random bits, prefixed so it reads as what it is.
 pub fn new_id() -> String {

@@ -350,3 +350,88 @@ fn a_bad_notify_section_is_refused_naming_the_key() {
         r.stderr
     );
 }
+
+/// The `run_ended` bodies the receiver got.
+fn ended(hook: &Receiver) -> Vec<Value> {
+    hook.got()
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b["event"] == "run_ended")
+        .collect()
+}
+
+#[test]
+fn a_cancelled_run_ends_with_run_ended_cancelled_whether_waiting_or_held() {
+    for db in backends() {
+        // Waiting for a person: `runs cancel` cancels it itself and delivers the event.
+        let hook = Receiver::start(200);
+        let p = project(&db, &format!("webhook = \"{}\"", hook.url()));
+        p.run(&["start", "task.md"]).expect_code(3);
+        let id = p.only_run();
+        p.run(&[
+            "runs",
+            "cancel",
+            &id,
+            "--by",
+            "ana",
+            "--reason",
+            "wrong customer",
+        ])
+        .expect_code(0);
+        let got = ended(&hook);
+        assert_eq!(got.len(), 1, "{db:?}: {got:?}");
+        assert_eq!(got[0]["kind"], "cancelled", "{db:?}");
+        assert!(
+            got[0]["summary"].as_str().unwrap_or("").contains("ana"),
+            "{db:?}: {}",
+            got[0]
+        );
+
+        // Held by a live process busy in a slow tool: the holder writes `cancelled`
+        // and delivers the event before it exits.
+        let hook = Receiver::start(200);
+        let p = Project::on(&db);
+        p.script(
+            "slow.sh",
+            "#!/bin/sh\ncat > /dev/null\ntouch started\nsleep 30\necho '\"slept\"'\n",
+        );
+        p.write(
+            "tools.toml",
+            &format!(
+                "[notify]\nwebhook = \"{}\"\nevents = [\"run_ended\"]\n\n[tools.slow]\n\
+                 description = \"slow\"\ninput_schema = {{ type = \"object\" }}\n\
+                 command = [\"sh\", \"slow.sh\"]\n",
+                hook.url()
+            ),
+        );
+        p.model_script(json!([{"tool_calls": [{"name": "slow", "args": {}}]}, {"text": "done"}]));
+        p.task("max_steps = 10", "Wait.");
+        let holder = p
+            .command(&["start", "task.md"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !p.path().join("started").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the tool never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let id = p.only_run();
+        p.run(&["runs", "cancel", &id, "--by", "ana"])
+            .expect_code(0);
+        let out = holder.wait_with_output().expect("wait");
+        assert!(!out.status.success(), "a cancelled run does not exit 0");
+        let got = ended(&hook);
+        assert_eq!(
+            got.len(),
+            1,
+            "{db:?}: one run_ended, from the holder: {got:?}"
+        );
+        assert_eq!(got[0]["kind"], "cancelled", "{db:?}");
+        assert_eq!(got[0]["run_id"], id.as_str(), "{db:?}");
+    }
+}

@@ -124,7 +124,7 @@ fn gone() -> StoreError {
 }
 /// This machine's name for `lease_host` (see the module doc: only ever compared with
 /// itself, to skip the TTL for a dead local holder).
-fn host_id() -> String {
+pub(super) fn host_id() -> String {
     std::fs::read_to_string("/etc/machine-id")
         .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
         .map(|s| s.trim().to_string())

@@ -132,7 +132,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         state         TEXT NOT NULL,
         attempts      INTEGER NOT NULL DEFAULT 0,
         last_error    TEXT,
-        delivered_at  BIGINT
+        delivered_at  BIGINT,
+        claim_pid     BIGINT,
+        claim_host    TEXT,
+        claim_until   BIGINT
     );
     CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
     "#,

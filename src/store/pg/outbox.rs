@@ -1,12 +1,14 @@
 //! The outbox on PostgreSQL: the event row written inside the caller's transaction,
 //! and reading and marking pending events (see `store/outbox.rs`).
 
+use super::conn::host_id;
 use super::conn::{PgStore, Tx};
 use crate::config::types::NotifyEvent;
 use crate::records::{RunId, RunStatus};
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
-use crate::store::outbox::{Delivery, Notice, ends_run, new_id};
+use crate::store::lease::process_alive;
+use crate::store::outbox::{CLAIM_MS, Delivery, Notice, ends_run, new_id};
 use postgres::Row;
 
 /// Writes an event row inside the caller's transaction.
@@ -83,20 +85,51 @@ impl PgStore {
         Ok(rows.iter().map(notice).collect())
     }
 
+    /// Claims event `id` for this process (see `SqliteStore::claim_notice`); a claim
+    /// from another machine stands until it expires.
+    pub fn claim_notice(&self, id: &str) -> Result<bool> {
+        let id = id.to_string();
+        let (now, me, host) = (now_ms(), i64::from(std::process::id()), host_id());
+        self.write(move |tx| {
+            let Some(row) = tx.opt(
+                "SELECT claim_pid, claim_host, claim_until FROM outbox
+                 WHERE id = $1 AND state = 'pending' FOR UPDATE",
+                &[&id],
+            )?
+            else {
+                return Ok(false);
+            };
+            let (pid, at, until): (Option<i64>, Option<String>, Option<i64>) =
+                (row.get(0), row.get(1), row.get(2));
+            let dead_here = at.as_deref() == Some(host.as_str()) && !pid.is_some_and(process_alive);
+            if until.is_some_and(|u| u > now) && !dead_here {
+                return Ok(false);
+            }
+            tx.exec(
+                "UPDATE outbox SET claim_pid = $2, claim_host = $3, claim_until = $4 WHERE id = $1",
+                &[&id, &me, &host, &(now + CLAIM_MS)],
+            )?;
+            Ok(true)
+        })
+    }
+
     pub fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()> {
         let (id, how) = (id.to_string(), how.clone());
         self.write(move |tx| {
             match &how {
                 Delivery::Delivered => tx.exec(
-                    "UPDATE outbox SET state = 'delivered', attempts = attempts + 1,
+                    "UPDATE outbox SET state = 'delivered', claim_until = NULL, attempts = attempts + 1,
                         delivered_at = $2 WHERE id = $1",
                     &[&id, &now_ms()],
                 )?,
                 Delivery::Skipped => {
-                    tx.exec("UPDATE outbox SET state = 'skipped' WHERE id = $1", &[&id])?
+                    tx.exec(
+                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = $1",
+                    &[&id],
+                )?
                 }
                 Delivery::Failed { error, give_up } => tx.exec(
-                    "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = $2, claim_until = NULL,
                         state = CASE WHEN $3 THEN 'failed' ELSE state END WHERE id = $1",
                     &[&id, error, give_up],
                 )?,

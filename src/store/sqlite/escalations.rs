@@ -104,7 +104,7 @@ impl SqliteStore {
                 None => return Err(StoreError::EscalationNotFound(id.to_string())),
                 Some((status, run, kind)) if status == "open" => (RunId(run), kind),
                 Some((status, _, _)) if status == "cancelled" => {
-                    return Err(StoreError::EscalationCancelled(id.0))
+                    return Err(StoreError::EscalationCancelled(id.0));
                 }
                 Some(_) => return Err(StoreError::AlreadyResolved(id.0)),
             };

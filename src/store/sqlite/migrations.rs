@@ -143,7 +143,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
         state         TEXT NOT NULL,
         attempts      INTEGER NOT NULL DEFAULT 0,
         last_error    TEXT,
-        delivered_at  INTEGER
+        delivered_at  INTEGER,
+        claim_pid     INTEGER,
+        claim_until   INTEGER
     );
     CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
     "#,

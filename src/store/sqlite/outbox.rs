@@ -6,8 +6,9 @@ use crate::config::types::NotifyEvent;
 use crate::records::{RunId, RunStatus};
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
-use crate::store::outbox::{Delivery, Notice, ends_run, new_id};
-use rusqlite::{Connection, params};
+use crate::store::lease::process_alive;
+use crate::store::outbox::{CLAIM_MS, Delivery, Notice, ends_run, new_id};
+use rusqlite::{Connection, OptionalExtension, params};
 
 /// Writes an event row inside the caller's transaction.
 pub(super) fn record(
@@ -82,20 +83,52 @@ impl SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Records how a delivery of event `id` went.
+    /// Claims event `id` for this process (see [`CLAIM_MS`]): two processes passing
+    /// over the outbox at once never both send it.
+    pub fn claim_notice(&self, id: &str) -> Result<bool> {
+        let now = now_ms();
+        let me = i64::from(std::process::id());
+        self.write(|tx| {
+            let row: Option<(Option<i64>, Option<i64>)> = tx
+                .query_row(
+                    "SELECT claim_pid, claim_until FROM outbox WHERE id = ?1 AND state = 'pending'",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?;
+            let Some((pid, until)) = row else {
+                return Ok(false);
+            };
+            // Every process on an SQLite file is on this machine: a dead pid is dead.
+            let held = until.is_some_and(|u| u > now) && pid.is_some_and(process_alive);
+            if held {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE outbox SET claim_pid = ?2, claim_until = ?3 WHERE id = ?1",
+                params![id, me, now + CLAIM_MS],
+            )?;
+            Ok(true)
+        })
+    }
+
+    /// Records how a delivery of event `id` went (and gives its claim up).
     pub fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()> {
         self.write(|tx| {
             match how {
                 Delivery::Delivered => tx.execute(
-                    "UPDATE outbox SET state = 'delivered', attempts = attempts + 1, delivered_at = ?2
+                    "UPDATE outbox SET state = 'delivered', claim_until = NULL, attempts = attempts + 1, delivered_at = ?2
                      WHERE id = ?1",
                     params![id, now_ms()],
                 )?,
                 Delivery::Skipped => {
-                    tx.execute("UPDATE outbox SET state = 'skipped' WHERE id = ?1", [id])?
+                    tx.execute(
+                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = ?1",
+                    [id],
+                )?
                 }
                 Delivery::Failed { error, give_up } => tx.execute(
-                    "UPDATE outbox SET attempts = attempts + 1, last_error = ?2,
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = ?2, claim_until = NULL,
                         state = CASE WHEN ?3 THEN 'failed' ELSE state END WHERE id = ?1",
                     params![id, error, give_up],
                 )?,
