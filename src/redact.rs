@@ -12,6 +12,11 @@
 //! their API key and the credentials of their base URL (as written, decoded, and as
 //! the `Basic` value sent for them) from error messages in `model::wire`.
 //!
+//! Whatever a provider sends back is redacted the same way in [`crate::model::Provider`]:
+//! the answer, in-stream `error` events and every error message — and the live view of a
+//! streamed answer through [`StreamText`], which holds back a piece's end while it could
+//! still be the start of a secret.
+//!
 //! Not covered: a secret the tool transforms (base64, split across lines, reversed)
 //! before printing it, and values shorter than [`MIN_LEN`] characters, which would
 //! otherwise blank out ordinary words and numbers.
@@ -222,6 +227,23 @@ impl Secrets {
         out
     }
 
+    /// How much of the end of `text` could be the start of a secret that the next
+    /// piece of a stream completes: the byte length of the longest such suffix.
+    fn unfinished_tail(&self, text: &str) -> usize {
+        let mut longest = 0;
+        for v in &self.values {
+            let max = v.len().saturating_sub(1).min(text.len());
+            for len in (longest + 1..=max).rev() {
+                let start = text.len() - len;
+                if text.is_char_boundary(start) && v.starts_with(&text[start..]) {
+                    longest = len;
+                    break;
+                }
+            }
+        }
+        longest
+    }
+
     /// Redacts every string (and object key) inside a JSON value, in place.
     pub fn json(&self, value: &mut Value) {
         if self.is_empty() {
@@ -239,6 +261,38 @@ impl Secrets {
             }
             _ => {}
         }
+    }
+}
+
+/// Redaction of a text that arrives in pieces (a streamed answer): a secret split over
+/// two pieces is caught because the end of a piece that could begin a secret is held
+/// back until the next piece says whether it does.
+#[derive(Debug)]
+pub struct StreamText<'a> {
+    secrets: &'a Secrets,
+    held: String,
+}
+
+impl<'a> StreamText<'a> {
+    pub fn new(secrets: &'a Secrets) -> StreamText<'a> {
+        StreamText {
+            secrets,
+            held: String::new(),
+        }
+    }
+
+    /// What may be shown of the text so far, given its next `piece`.
+    pub fn push(&mut self, piece: &str) -> String {
+        self.held.push_str(piece);
+        let text = self.secrets.text(&self.held);
+        let keep = self.secrets.unfinished_tail(&text);
+        self.held = text[text.len() - keep..].to_string();
+        text[..text.len() - keep].to_string()
+    }
+
+    /// The text ended whole: what was held back (it turned out to be no secret).
+    pub fn finish(self) -> String {
+        self.held
     }
 }
 
@@ -331,5 +385,34 @@ mod tests {
         assert_eq!(url_credentials("http://u:p@proxy:3128"), Some("u:p"));
         assert_eq!(url_credentials("https://host/a@b"), None);
         assert_eq!(url_credentials("https://user@host/"), None);
+    }
+
+    #[test]
+    fn a_secret_split_over_stream_pieces_never_shows_in_part() {
+        let mut s = Secrets::default();
+        s.add("sk-abcdef123456");
+        let text = "key sk-abcdef123456 and sk-abc but é sk";
+        for a in 0..text.len() {
+            for b in a..text.len() {
+                if !(text.is_char_boundary(a) && text.is_char_boundary(b)) {
+                    continue;
+                }
+                let mut st = StreamText::new(&s);
+                let mut shown = Vec::new();
+                for piece in [&text[..a], &text[a..b], &text[b..]] {
+                    shown.push(st.push(piece));
+                }
+                shown.push(st.finish());
+                assert!(
+                    shown.iter().all(|p| !p.contains("sk-abcdef")),
+                    "{a} {b}: {shown:?}"
+                );
+                assert_eq!(
+                    shown.concat(),
+                    "key [redacted] and sk-abc but é sk",
+                    "{a} {b}"
+                );
+            }
+        }
     }
 }

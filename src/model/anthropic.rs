@@ -100,6 +100,11 @@ impl Anthropic {
         &self.url
     }
 
+    /// Its key and URL credentials, to redact what the server echoes.
+    pub(crate) fn secrets(&self) -> &crate::redact::Secrets {
+        self.http.secrets()
+    }
+
     pub fn name(&self) -> String {
         format!("anthropic:{}", self.model)
     }

@@ -2,6 +2,7 @@
 //! fallback policy for model calls.
 
 pub mod anthropic;
+mod echo;
 pub mod error;
 pub mod limits;
 pub mod openai;
@@ -90,9 +91,38 @@ impl Provider {
         }
     }
 
+    /// What this provider must never show (its key, its URL's credentials).
+    fn secrets(&self) -> Option<&crate::redact::Secrets> {
+        match self {
+            Provider::Script(_) => None,
+            Provider::OpenAi(m) => Some(m.secrets()),
+            Provider::Anthropic(m) => Some(m.secrets()),
+        }
+    }
+
     /// One attempt; retries and fallbacks are [`retry::complete`]'s job.
-    /// Every response passes [`limits::check_response`] (issue 12 item 7).
+    /// Every response passes [`limits::check_response`] (issue 12 item 7), and
+    /// everything the provider sent back is redacted ([`echo`]).
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let Some(secrets) = self.secrets() else {
+            return self.complete_raw(req).await;
+        };
+        let live = req.live.map(|inner| echo::Live::new(inner, secrets));
+        let mut redacted_req = req.clone();
+        redacted_req.live = live.as_ref().map(|l| l as &dyn LiveSink);
+        let resp = self.complete_raw(&redacted_req).await;
+        match resp {
+            Ok(resp) => {
+                if let Some(live) = live {
+                    live.finish();
+                }
+                Ok(echo::response(secrets, resp))
+            }
+            Err(e) => Err(echo::error(secrets, e)),
+        }
+    }
+
+    async fn complete_raw(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let (resp, provider) = match self {
             Provider::Script(m) => (m.complete(req), "script"),
             Provider::OpenAi(m) => (m.complete(req).await, "openai"),

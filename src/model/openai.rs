@@ -140,6 +140,11 @@ impl OpenAi {
         &self.url
     }
 
+    /// Its key and URL credentials, to redact what the server echoes.
+    pub(crate) fn secrets(&self) -> &crate::redact::Secrets {
+        self.http.secrets()
+    }
+
     pub fn name(&self) -> String {
         format!("openai:{}", self.model)
     }

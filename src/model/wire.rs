@@ -124,11 +124,10 @@ pub(crate) struct Http {
     vars: EnvVars,
     client: reqwest::Client,
     timeouts: Timeouts,
-    /// Only to scrub the key out of messages a server might echo it into.
-    key: Option<ApiKey>,
-    /// The credentials in the base URL's userinfo (`https://user:pass@host`), scrubbed
-    /// the same way ([`Http::scrub_url`]).
-    url_secrets: crate::redact::Secrets,
+    /// The API key and the credentials in the base URL's userinfo
+    /// (`https://user:pass@host`, [`Http::scrub_url`]): only to scrub them out of what a
+    /// server might echo them into.
+    secrets: crate::redact::Secrets,
 }
 
 impl Http {
@@ -148,21 +147,29 @@ impl Http {
             .map_err(|e| {
                 ModelError::Config(format!("{provider}: cannot build HTTP client: {e}"))
             })?;
+        let mut secrets = crate::redact::Secrets::default();
+        if let Some(key) = &key {
+            secrets.add(key.expose());
+        }
         Ok(Http {
             provider,
             vars,
             client,
             timeouts,
-            key,
-            url_secrets: Default::default(),
+            secrets,
         })
     }
 
     /// Also scrubs the credentials in `url`'s userinfo out of every message (reqwest
     /// sends them as `Authorization: Basic`, which a server may echo too).
     pub fn scrub_url(mut self, url: &Url) -> Http {
-        self.url_secrets.add_url(url.as_str());
+        self.secrets.add_url(url.as_str());
         self
+    }
+
+    /// What this provider must never show: its key and URL credentials.
+    pub fn secrets(&self) -> &crate::redact::Secrets {
+        &self.secrets
     }
 
     /// One POST of `body`; a 2xx body is decoded into `T`, anything else is an error.
@@ -391,11 +398,7 @@ impl Http {
     }
 
     pub fn redact(&self, message: String) -> String {
-        let message = match &self.key {
-            Some(key) => message.replace(key.expose(), "[redacted]"),
-            None => message,
-        };
-        self.url_secrets.text(&message)
+        self.secrets.text(&message)
     }
 }
 

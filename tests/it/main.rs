@@ -39,6 +39,7 @@ mod providers_e2e;
 mod queue;
 mod reading_runs;
 mod recovery_e2e;
+mod redaction;
 mod scale;
 mod spawn;
 mod steering;
