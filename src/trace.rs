@@ -103,6 +103,9 @@ pub enum TraceEvent {
         cache_write: u64,
         output: u64,
         cost_usd: f64,
+        /// The provider reported no usage; these counts are agentrun's estimate.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        estimated: bool,
     },
     /// Anything else worth a line in the trace.
     Note {

@@ -33,13 +33,22 @@ pub fn outcome_json(o: &RunOutcome) -> Value {
         "status": o.status.as_str(),
         "answer": if has_answer { answer_value(o.answer.as_deref(), o.structured) } else { Value::Null },
         "steps": o.steps,
-        "tokens": {"input": o.input_tokens, "output": o.output_tokens},
+        "tokens": tokens_json(o),
         "escalation_id": o.escalation_id.map(|id| id.to_string()),
         "reason": o.reason,
         "cost_usd": o.cost_usd,
     });
     if failed {
         v["partial_answer"] = json!(o.answer);
+    }
+    v
+}
+
+/// `tokens` of an outcome; `estimated` only when some step's provider reported none.
+fn tokens_json(o: &RunOutcome) -> Value {
+    let mut v = json!({"input": o.input_tokens, "output": o.output_tokens});
+    if o.tokens_estimated {
+        v["estimated"] = json!(true);
     }
     v
 }
@@ -115,6 +124,7 @@ pub fn usage_json<'a>(events: impl Iterator<Item = &'a crate::trace::TraceEvent>
             cached_input,
             cache_write,
             output,
+            estimated,
             ..
         } = e
         {
@@ -123,12 +133,18 @@ pub fn usage_json<'a>(events: impl Iterator<Item = &'a crate::trace::TraceEvent>
                 output: *output,
                 cached: *cached_input,
                 cache_write: *cache_write,
+                estimated: *estimated,
             });
         }
     }
-    json!({"input": total.input, "cached_input": total.cached,
+    let mut v = json!({"input": total.input, "cached_input": total.cached,
            "cache_write": total.cache_write, "output": total.output,
-           "cache_hit_ratio": total.cache_hit_ratio()})
+           "cache_hit_ratio": total.cache_hit_ratio()});
+    if total.estimated {
+        // A provider reported no usage for some step: its counts are estimates.
+        v["estimated"] = json!(true);
+    }
+    v
 }
 
 fn message_json(m: &StoredMessage) -> Value {
@@ -296,6 +312,7 @@ mod tests {
                     output: 1,
                     cached: 0,
                     cache_write: 0,
+                    ..Default::default()
                 },
                 stop: StopReason::ToolUse,
                 model: "script:x".into(),

@@ -420,6 +420,8 @@ struct Spent {
     input: u64,
     cached: u64,
     cache_write: u64,
+    /// The token counts include agentrun's estimate (a provider reported none).
+    estimated: bool,
 }
 
 impl Spent {
@@ -440,6 +442,7 @@ impl Spent {
             input: state.input_tokens,
             cached: state.cached_input_tokens,
             cache_write: state.cache_write_tokens,
+            estimated: state.usage_estimated,
         }
     }
 }
@@ -457,6 +460,12 @@ fn spend_fields(s: &Spent) -> Vec<(&'static str, String)> {
         out.push((
             "cache",
             crate::render::transcript::cache_line(s.input, s.cached, s.cache_write),
+        ));
+    }
+    if s.estimated {
+        out.push((
+            "usage",
+            "estimated (the provider reported none; about 4 bytes a token)".to_string(),
         ));
     }
     let time = |ms: u64| crate::timefmt::duration(i64::try_from(ms).unwrap_or(i64::MAX));

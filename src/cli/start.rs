@@ -507,6 +507,7 @@ fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
         escalation_id: None,
         reason: row.error,
         cost_usd: stored_state(store, id).cost_usd,
+        tokens_estimated: stored_state(store, id).usage_estimated,
         structured: is_structured(store, id),
     })
 }

@@ -97,6 +97,7 @@ impl Machine<'_> {
         next.cached_input_tokens += response.usage.cached;
         next.cache_write_tokens += response.usage.cache_write;
         next.output_tokens += response.usage.output;
+        next.usage_estimated |= response.usage.estimated;
         next.last_input = 0;
         next.cost_usd += self
             .rules
@@ -233,6 +234,7 @@ mod tests {
                 output: 10,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             stop: StopReason::EndTurn,
             model: "script:s".into(),

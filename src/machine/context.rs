@@ -21,6 +21,7 @@
 //! run reads the same compacted context and does not pay for the summary again.
 
 use super::state::LoopState;
+use crate::model::estimate::{approx_tokens, message_bytes};
 use crate::model::{Message, Part, Role};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -444,33 +445,6 @@ fn cut(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-pub fn approx_tokens(bytes: usize) -> u64 {
-    (bytes as u64).div_ceil(4)
-}
-
-/// A message's size in bytes as a provider sees it, near enough: its text, call
-/// arguments and results, plus framing.
-fn message_bytes(m: &Message) -> usize {
-    16 + m
-        .content
-        .iter()
-        .map(|p| match p {
-            Part::Text { text } => text.len(),
-            Part::ToolCall { id, name, args } => id.len() + name.len() + json_len(args) + 16,
-            Part::ToolResult {
-                call_id, content, ..
-            } => call_id.len() + json_len(content) + 16,
-        })
-        .sum::<usize>()
-}
-
-fn json_len(v: &Value) -> usize {
-    match v {
-        Value::String(s) => s.len() + 2,
-        v => v.to_string().len(),
-    }
 }
 
 #[cfg(test)]

@@ -110,6 +110,7 @@ mod tests {
                 output: 50,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             stop: StopReason::MaxTokens,
             model: "script:s".into(),
@@ -190,6 +191,7 @@ mod tests {
                         output: 100,
                         cached: 0,
                         cache_write: 0,
+                        ..Default::default()
                     },
                     ..cut_turn("second")
                 }

@@ -29,6 +29,7 @@ impl Machine<'_> {
         next.cached_input_tokens += response.usage.cached;
         next.cache_write_tokens += response.usage.cache_write;
         next.output_tokens += response.usage.output;
+        next.usage_estimated |= response.usage.estimated;
         next.last_input = response.usage.input;
         next.cost_usd += self
             .rules

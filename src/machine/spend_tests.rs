@@ -45,6 +45,7 @@ fn answer(model: &str) -> ModelResponse {
             output: 100_000,
             cached: 600_000,
             cache_write: 0,
+            ..Default::default()
         },
         stop: ModelStop::EndTurn,
         model: model.into(),

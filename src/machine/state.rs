@@ -17,6 +17,10 @@ pub struct LoopState {
     pub cached_input_tokens: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// Some step's provider reported no usage: the token counts (and the cost) hold
+    /// agentrun's estimate for it (`model::estimate`, issue 22).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
     /// Failed calls per tool (any arguments), for withdrawing a tool.
     pub tool_failures: BTreeMap<String, u32>,
     /// Failed calls per (tool, args digest), for the circuit breaker.

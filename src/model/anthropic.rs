@@ -588,6 +588,7 @@ impl WireUsage {
             output: self.output_tokens.unwrap_or(0),
             cached,
             cache_write,
+            ..Default::default()
         }
     }
 }
@@ -757,6 +758,7 @@ mod tests {
                 output: 3,
                 cached: 100,
                 cache_write: 5,
+                ..Default::default()
             }
         );
         let msg = neutral(resp.content);

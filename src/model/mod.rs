@@ -4,6 +4,7 @@
 pub mod anthropic;
 mod echo;
 pub mod error;
+pub mod estimate;
 pub mod limits;
 pub mod openai;
 pub mod output;
@@ -102,9 +103,11 @@ impl Provider {
 
     /// One attempt; retries and fallbacks are [`retry::complete`]'s job.
     /// Every response passes [`limits::check_response`] (issue 12 item 7), and
-    /// everything the provider sent back is redacted ([`echo`]).
+    /// everything the provider sent back is redacted ([`echo`]); when it reports no
+    /// usage, the usage is estimated ([`estimate`]).
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let Some(secrets) = self.secrets() else {
+            // A script's turns say their usage; none is none.
             return self.complete_raw(req).await;
         };
         let live = req.live.map(|inner| echo::Live::new(inner, secrets));
@@ -116,7 +119,8 @@ impl Provider {
                 if let Some(live) = live {
                     live.finish();
                 }
-                Ok(echo::response(secrets, resp))
+                // A provider that reports no usage still counts against budgets.
+                Ok(estimate::fill(req, echo::response(secrets, resp)))
             }
             Err(e) => Err(echo::error(secrets, e)),
         }

@@ -681,6 +681,7 @@ impl WireUsage {
             output: self.completion_tokens.unwrap_or(0),
             cached: cached.unwrap_or(0),
             cache_write: 0,
+            ..Default::default()
         }
     }
 }
@@ -821,6 +822,7 @@ mod tests {
                 output: 100,
                 cached: 2,
                 cache_write: 0,
+                ..Default::default()
             }
         );
     }

@@ -143,6 +143,7 @@ mod tests {
             output: 100_000,
             cached: 400_000,
             cache_write: 0,
+            ..Default::default()
         };
         let mini = list_price("gpt-4o-mini-2024-07-18").unwrap();
         // 600k fresh × 0.15 + 400k cached × 0.075 + 100k out × 0.60, per million.
@@ -174,6 +175,7 @@ mod tests {
             output: 250_000,
             cached: 100_000,
             cache_write: 0,
+            ..Default::default()
         };
         assert_eq!(given.cost("script:s.json", &usage), 1.0);
     }

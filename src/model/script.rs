@@ -193,6 +193,7 @@ impl ScriptModel {
                 output: (text.len() as u64).div_ceil(4),
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             message: Message::text(Role::Assistant, text),
             stop: StopReason::EndTurn,
@@ -227,6 +228,7 @@ impl ScriptModel {
                 output: turn.usage.output,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             stop,
             model: self.name(),
@@ -332,6 +334,7 @@ mod tests {
                 output: 2,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             }
         );
         assert_eq!(first.stop, StopReason::ToolUse);

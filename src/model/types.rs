@@ -121,6 +121,10 @@ pub struct Usage {
     /// `cache_creation_input_tokens`, priced at the write premium; part of `input`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write: u64,
+    /// The provider reported no usage: these are agentrun's estimate
+    /// ([`super::estimate`]), so budgets still hold (issue 22).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -137,6 +141,7 @@ impl Usage {
         self.output += other.output;
         self.cached += other.cached;
         self.cache_write += other.cache_write;
+        self.estimated |= other.estimated;
     }
 
     /// The share of input tokens read from the cache, 0 to 1; `None` without input.

@@ -505,6 +505,7 @@ pub fn describe_event(e: &TraceEvent) -> String {
             cache_write,
             output,
             cost_usd,
+            estimated,
         } => {
             let ratio = hit_ratio(*input, *cached_input)
                 .map(|r| format!(" ({r} from the cache)"))
@@ -519,19 +520,26 @@ pub fn describe_event(e: &TraceEvent) -> String {
             } else {
                 String::new()
             };
-            format!("{model}: {input} tokens in{ratio}{written}, {output} out{cost}")
+            let estimated = if *estimated {
+                " (estimated: the provider reported no usage)"
+            } else {
+                ""
+            };
+            format!("{model}: {input} tokens in{ratio}{written}, {output} out{cost}{estimated}")
         }
     }
 }
 
 /// A step's usage without any prompt-cache figure (a scripted model, a server that
-/// reports none) says nothing the header does not: not a line of its own.
+/// reports none of them) says nothing the header does not: not a line of its own —
+/// unless it is an estimate, which each step says it is.
 fn silent_usage(e: &TraceEvent) -> bool {
     matches!(
         e,
         TraceEvent::ModelUsage {
             cached_input: 0,
             cache_write: 0,
+            estimated: false,
             ..
         }
     )

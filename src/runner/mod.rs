@@ -53,6 +53,8 @@ pub struct RunOutcome {
     pub steps: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Some step's provider reported no usage: the counts include an estimate.
+    pub tokens_estimated: bool,
     pub escalation_id: Option<EscalationId>,
     /// Why the run stopped, when it is not completed.
     pub reason: Option<String>,
@@ -686,6 +688,7 @@ impl Drive<'_> {
             steps: state.steps,
             input_tokens: state.input_tokens,
             output_tokens: state.output_tokens,
+            tokens_estimated: state.usage_estimated,
             escalation_id,
             reason,
             cost_usd: state.cost_usd,
@@ -706,5 +709,6 @@ fn usage_event(r: &Runner, response: &model::ModelResponse) -> crate::trace::Tra
         cache_write: u.cache_write,
         output: u.output,
         cost_usd: pricing.cost(&response.model, u),
+        estimated: u.estimated,
     }
 }

@@ -68,6 +68,7 @@ fn response() -> ModelResponse {
             output: 1,
             cached: 0,
             cache_write: 0,
+            ..Default::default()
         },
         stop: StopReason::EndTurn,
         model: "script:x".into(),

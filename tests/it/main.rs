@@ -9,6 +9,7 @@ mod exactly_once;
 
 mod bad_input;
 mod budgets;
+mod budgets_hold;
 mod cli_ux;
 mod closed_pipes;
 mod compaction;

@@ -291,6 +291,7 @@ impl Expected {
                     .or(u["cached_tokens"].as_u64())
                     .unwrap_or(0),
                 cache_write: 0,
+                ..Default::default()
             },
             stop: match body["choices"][0]["finish_reason"].as_str().unwrap() {
                 "stop" => StopReason::EndTurn,
@@ -321,6 +322,7 @@ impl Expected {
                 output: n("output_tokens"),
                 cached: n("cache_read_input_tokens"),
                 cache_write: 0,
+                ..Default::default()
             },
             stop: match body["stop_reason"].as_str().unwrap() {
                 "end_turn" => StopReason::EndTurn,
@@ -653,6 +655,7 @@ async fn parallel_calls_are_pinned_by_hand() {
                 output: 53,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             StopReason::ToolUse
         )
@@ -691,6 +694,7 @@ async fn parallel_calls_are_pinned_by_hand() {
                 output: 202,
                 cached: 0,
                 cache_write: 0,
+                ..Default::default()
             },
             StopReason::ToolUse
         )

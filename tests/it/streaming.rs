@@ -166,6 +166,7 @@ async fn openai_08_parallel_tool_call_deltas_are_assembled_with_usage_from_the_s
             output: 53,
             cached: 0,
             cache_write: 0,
+            ..Default::default()
         }
     );
     let calls: Vec<Delta> = seen.0.lock().unwrap().clone();

@@ -152,6 +152,7 @@ fn calling(step: u32) -> ModelResponse {
             output: 2,
             cached: 0,
             cache_write: 0,
+            ..Default::default()
         },
         stop: StopReason::ToolUse,
         model: "script:x".into(),
