@@ -78,7 +78,8 @@ pub(crate) fn error(secrets: &Secrets, err: ModelError) -> ModelError {
             message: r(message),
         },
         E::Config(message) => E::Config(r(message)),
-        other @ (E::Timeout { .. } | E::ScriptExhausted { .. }) => other,
+        // Nothing the server sent: host names and limits only.
+        other @ (E::Timeout { .. } | E::Refused { .. } | E::ScriptExhausted { .. }) => other,
     }
 }
 
