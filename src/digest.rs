@@ -11,14 +11,17 @@ const INTERPRETERS: &[&str] = &[
     "sh", "bash", "zsh", "dash", "python", "python3", "node", "ruby", "perl", "deno", "bun",
 ];
 
-/// Tool name → (program file, SHA-256 hex), for each command tool whose file is found.
+/// Tool name → (program file, SHA-256 hex), for each command tool whose file is found,
+/// and for each sub-agent its task file (issue 26: a child run started later reads it).
 pub fn program_digests(cfg: &ToolsConfig) -> BTreeMap<String, (String, String)> {
     let mut out = BTreeMap::new();
     for (name, def) in &cfg.tools {
-        let ToolKind::Command(spec) = &def.kind else {
-            continue;
+        let file = match &def.kind {
+            ToolKind::Command(spec) => program_file(&spec.argv, &spec.cwd, spec.program.as_deref()),
+            ToolKind::Agent(spec) => Some(spec.task_path.clone()),
+            _ => None,
         };
-        let Some(file) = program_file(&spec.argv, &spec.cwd, spec.program.as_deref()) else {
+        let Some(file) = file else {
             continue;
         };
         if let Some(d) = file_digest(&file) {

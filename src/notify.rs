@@ -264,6 +264,9 @@ async fn send(def: &ToolDef, body: &Value, n: &Notice) -> Result<(), String> {
             def.name,
             o.content["message"].as_str().unwrap_or("failed")
         )),
-        Execution::Paused { .. } => Err(format!("{}: paused", def.name)),
+        // A notifier is a command or HTTP tool: it neither pauses nor has children.
+        Execution::Paused { .. } | Execution::ChildWaiting { .. } => {
+            Err(format!("{}: paused", def.name))
+        }
     }
 }

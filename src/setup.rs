@@ -70,6 +70,14 @@ pub struct Snapshot {
     /// What the final answer must be (the task's `output_schema`, issue 26).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<crate::model::output::OutputSpec>,
+    /// How deep this run is among sub-agents (issue 26): 0 for a run people start, its
+    /// parent's plus one for a child run.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// A validated snapshot, ready to drive.
@@ -186,6 +194,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         call_salt: format!("{:016x}", rand::random::<u64>()),
         program_digests: crate::digest::program_digests(&cfg),
         output: task.output.clone(),
+        depth: 0,
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();
@@ -194,6 +203,9 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         snapshot.tool_subset = Some(mcp::expand_subset(subset, &with_mcp));
     }
     let resolved = resolve_with(snapshot, pool)?;
+    // Each sub-agent's task file, read now as its child will read it (issue 26): a bad
+    // one stops the run before anything is written, not mid-run.
+    crate::runner::children::snapshot::check_agents(&resolved)?;
     Ok(Prepared {
         max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
         max_tokens: task.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
@@ -226,7 +238,10 @@ pub fn resolve(snapshot: Snapshot) -> Result<Resolved, SetupError> {
 
 /// [`resolve`], reusing the MCP servers discovery started (`None`: they start on first
 /// use, as on resume).
-fn resolve_with(snapshot: Snapshot, pool: Option<Arc<mcp::Pool>>) -> Result<Resolved, SetupError> {
+pub(crate) fn resolve_with(
+    snapshot: Snapshot,
+    pool: Option<Arc<mcp::Pool>>,
+) -> Result<Resolved, SetupError> {
     let tools_path = PathBuf::from(&snapshot.tools_path);
     let mut tools = config::parse(&snapshot.tools_toml, &tools_path)?;
     // Once per run: no step searches PATH, nor forks for the child to (issue 23).
@@ -325,7 +340,10 @@ fn find_tools(task: &Path, flag: Option<&Path>) -> Result<Option<PathBuf>, Setup
 }
 
 /// Script paths resolve against the task file's folder first, then the current one.
-fn read_scripts(models: &[String], task: &Path) -> Result<BTreeMap<String, String>, SetupError> {
+pub(crate) fn read_scripts(
+    models: &[String],
+    task: &Path,
+) -> Result<BTreeMap<String, String>, SetupError> {
     let mut out = BTreeMap::new();
     for spec in models {
         let Ok(ModelSpec::Script(path)) = ModelSpec::parse(spec) else {

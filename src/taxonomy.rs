@@ -56,10 +56,14 @@ pub enum ErrorKind {
     OutcomeUnknown,
     /// A declared fallback chain in which every tool failed.
     AllToolsFailed,
+    /// A sub-agent's child run failed or was cancelled (issue 26).
+    AgentFailed,
+    /// A sub-agent was called deeper than `[policy] max_depth` allows (issue 26).
+    DepthLimit,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 20] = [
+    pub const ALL: [ErrorKind; 22] = [
         ErrorKind::Timeout,
         ErrorKind::RateLimited,
         ErrorKind::Unavailable,
@@ -80,6 +84,8 @@ impl ErrorKind {
         ErrorKind::BlockedByHook,
         ErrorKind::OutcomeUnknown,
         ErrorKind::AllToolsFailed,
+        ErrorKind::AgentFailed,
+        ErrorKind::DepthLimit,
     ];
 
     pub fn class(self) -> ErrorClass {
@@ -87,9 +93,9 @@ impl ErrorKind {
         match self {
             Timeout | RateLimited | Unavailable | ServerError => ErrorClass::Transient,
             InvalidArguments | NotFound | PermissionDenied | Conflict | ToolBug | Redirect
-            | OutcomeUnknown | AllToolsFailed => ErrorClass::Permanent,
+            | OutcomeUnknown | AllToolsFailed | AgentFailed => ErrorClass::Permanent,
             SchemaViolation | UnknownTool | TooManyCalls => ErrorClass::Malformed,
-            CircuitOpen | ApprovalDenied | Budget | ToolDisabled | BlockedByHook => {
+            CircuitOpen | ApprovalDenied | Budget | ToolDisabled | BlockedByHook | DepthLimit => {
                 ErrorClass::Guard
             }
         }
@@ -122,6 +128,8 @@ impl ErrorKind {
             BlockedByHook => "blocked_by_hook",
             OutcomeUnknown => "outcome_unknown",
             AllToolsFailed => "all_tools_failed",
+            AgentFailed => "agent_failed",
+            DepthLimit => "depth_limit",
         }
     }
 

@@ -134,6 +134,8 @@ pub enum NoteKind {
     Compacted,
     /// The model's answer only repeated one of agentrun's notes (issue 23).
     RepeatedNote,
+    /// A sub-agent's child run started, resumed, ended or was reused (issue 26).
+    SubAgent,
 }
 
 impl NoteKind {
@@ -145,6 +147,7 @@ impl NoteKind {
             NoteKind::Truncated => "truncated",
             NoteKind::Compacted => "compacted",
             NoteKind::RepeatedNote => "repeated_note",
+            NoteKind::SubAgent => "sub_agent",
         }
     }
 

@@ -88,6 +88,21 @@ pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
     match cmd {
         EscalationsCmd::List { all } => {
             let rows = store.list_escalations(*all)?;
+            if cli.json {
+                // A sub-agent's escalation names the run it works for (issue 26).
+                let list: Vec<Value> = rows
+                    .iter()
+                    .map(|e| {
+                        let mut v = summary_json(e);
+                        if let Ok(Some(parent)) = store.run(&e.run_id).map(|r| r.parent) {
+                            v["parent_run_id"] = json!(parent.run.as_str());
+                        }
+                        v
+                    })
+                    .collect();
+                output::print_json(&Value::Array(list))?;
+                return Ok(Exit::Completed);
+            }
             print_list(cli, &rows, *all, &db)
         }
         EscalationsCmd::Show { id } => show(cli, &store, *id),
@@ -250,8 +265,10 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
                 describe(&resolution)
             );
         }
+        // A sub-agent's run is continued by resuming the run at the top, which resumes
+        // its child where the call waits (issue 26).
         let resume = super::start::ResumeArgs {
-            run_id: e.run_id.to_string(),
+            run_id: crate::runner::children::top_of(store, &e.run_id).to_string(),
             max_steps: None,
             max_tokens: None,
             max_cost: None,
@@ -270,7 +287,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         if e.kind.pauses() {
             crate::outln!(
                 "continue the run with: agentrun resume {} (or resolve with --resume next time)",
-                e.run_id
+                crate::runner::children::top_of(store, &e.run_id)
             )?;
         }
     }

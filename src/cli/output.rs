@@ -84,6 +84,10 @@ pub fn run_summary_json(r: &RunRow) -> Value {
     if let Some(w) = &r.worker {
         v["worker"] = w.as_str().into();
     }
+    // A sub-agent's run names the run and call that started it (issue 26).
+    if let Some(p) = &r.parent {
+        v["parent"] = json!({"run_id": p.run.as_str(), "call_id": p.call});
+    }
     v
 }
 

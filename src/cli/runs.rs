@@ -380,6 +380,24 @@ fn with_escalations(
     if super::start::is_structured(store, id) {
         v["answer"] = output::answer_value(row.answer.as_deref(), true);
     }
+    // Sub-agents' runs (issue 26), only for a run that has them.
+    let children = store.children(id)?;
+    if !children.is_empty() {
+        v["children"] = children
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "run_id": c.id.as_str(),
+                    "call_id": c.parent.as_ref().map(|p| p.call.as_str()),
+                    "status": c.status.as_str(),
+                })
+            })
+            .collect();
+    }
+    let state = super::start::stored_state(store, id);
+    if !state.children.is_zero() {
+        v["children_spent"] = serde_json::to_value(state.children)?;
+    }
     // Only for a run someone cancelled (other runs' documents are unchanged).
     if let Some(c) = store.cancel_info(id)? {
         v["cancelled"] = serde_json::json!({
@@ -403,6 +421,31 @@ fn header_fields(store: &Store, id: &RunId) -> Vec<(&'static str, String)> {
         out.push((
             "cancelled",
             format!("by {} at {}{why}", c.by, crate::timefmt::rfc3339(c.at)),
+        ));
+    }
+    // Sub-agents (issue 26): whose child this run is, and its own children.
+    if let Ok(Some(p)) = store.run(id).map(|r| r.parent) {
+        out.push(("parent", format!("run {} (call {})", p.run, p.call)));
+    }
+    for child in store.children(id).unwrap_or_default() {
+        let call = child.parent.map(|p| p.call).unwrap_or_default();
+        out.push((
+            "child",
+            format!("run {} ({}, call {call})", child.id, child.status),
+        ));
+    }
+    let state = super::start::stored_state(store, id);
+    if !state.children.is_zero() {
+        let c = &state.children;
+        out.push((
+            "children",
+            format!(
+                "spent {} step(s), {} tokens ({} in, {} out)",
+                c.steps,
+                c.tokens(),
+                c.input_tokens,
+                c.output_tokens
+            ),
         ));
     }
     out

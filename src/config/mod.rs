@@ -6,6 +6,7 @@
 //! the checks in [`validate`]. Neither stops at the first problem: every problem is a
 //! one-line [`ConfigError`] naming the file, the tool and the key.
 
+pub mod agents;
 pub mod hooks;
 mod mcp;
 mod notify;

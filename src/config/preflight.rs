@@ -54,6 +54,10 @@ pub fn check(
         if !wanted.iter().any(|w| w == name) {
             continue;
         }
+        if let ToolKind::Agent(spec) = &tool.kind {
+            out.extend(agent_problem(name, spec, origin));
+            continue;
+        }
         let mut problem = |message: String| {
             out.push(ConfigError {
                 file: origin.to_path_buf(),
@@ -86,6 +90,7 @@ pub fn check(
             }
             // Discovered from their server, after these checks (`tools::mcp`).
             ToolKind::Mcp(_) => {}
+            ToolKind::Agent(_) => {}
         }
     }
     out.extend(mcp_problems(cfg, origin, env));
@@ -344,10 +349,37 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
                     }
                 }
             }
-            ToolKind::Mcp(_) => {}
+            ToolKind::Mcp(_) | ToolKind::Agent(_) => {}
         }
     }
     out
+}
+
+/// A sub-agent's task file (issue 26) must exist and read as a task; what it names
+/// (its model, its tools) is checked at `start` with the rest of the run
+/// (`setup::prepare_agents`).
+fn agent_problem(
+    name: &str,
+    spec: &crate::config::AgentSpec,
+    origin: &Path,
+) -> Option<ConfigError> {
+    let message = if !spec.task_path.is_file() {
+        format!(
+            "task: no such file `{}` (a path relative to the folder of {})",
+            spec.task,
+            origin.display()
+        )
+    } else {
+        match crate::task::load(&spec.task_path) {
+            Ok(_) => return None,
+            Err(e) => format!("task: {e}"),
+        }
+    };
+    Some(ConfigError {
+        file: origin.to_path_buf(),
+        tool: None,
+        message: format!("agents.{name}.{message}"),
+    })
 }
 
 #[cfg(test)]

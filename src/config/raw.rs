@@ -38,6 +38,7 @@ pub struct RawPolicy {
     pub stuck_repeats: Option<i64>,
     pub approval_patterns: Option<Vec<String>>,
     pub max_parallel_calls: Option<i64>,
+    pub max_depth: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,9 +140,12 @@ pub struct RawFile {
     pub mcp: BTreeMap<String, Section<RawMcp>>,
     pub hooks: Section<super::hooks::RawHooks>,
     pub notify: Option<Section<RawNotify>>,
+    pub agents: BTreeMap<String, Section<super::agents::RawAgent>>,
 }
 
-const TOP_KEYS: &[&str] = &["defaults", "policy", "tools", "mcp", "hooks", "notify"];
+const TOP_KEYS: &[&str] = &[
+    "defaults", "policy", "tools", "mcp", "hooks", "notify", "agents",
+];
 
 /// Where a problem is: a top-level section or a tool.
 #[derive(Debug, Clone, Copy)]
@@ -161,6 +165,7 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
             "policy" => file.policy = read_section(value, text, Where::Section("policy"), sink),
             "tools" => read_tools(value, text, &mut file.tools, sink),
             "mcp" => read_mcp(value, text, &mut file.mcp, sink),
+            "agents" => read_named(value, text, "agents", &mut file.agents, sink),
             "hooks" => file.hooks = read_section(value, text, Where::Section("hooks"), sink),
             "notify" => {
                 file.notify = Some(read_section(value, text, Where::Section("notify"), sink))
@@ -201,6 +206,29 @@ fn read_tools(
         let name = name.into_inner().into_owned();
         let section = read_section(tool, text, Where::Tool(&name), sink);
         tools.insert(name, section);
+    }
+}
+
+/// `agents` (issue 26) must be a table of tables, one per agent.
+fn read_named<T: DeserializeOwned + Default>(
+    value: Spanned<DeValue<'_>>,
+    text: &str,
+    key: &str,
+    out: &mut BTreeMap<String, Section<T>>,
+    sink: &mut Sink,
+) {
+    let at = location(text, value.span().start);
+    let DeValue::Table(table) = value.into_inner() else {
+        sink.top(format!(
+            "{key}: must be a table of [{key}.NAME] tables ({at})"
+        ));
+        return;
+    };
+    for (name, entry) in in_file_order(table) {
+        let name = name.into_inner().into_owned();
+        let place = format!("{key}.{name}");
+        let section = read_section(entry, text, Where::Section(&place), sink);
+        out.insert(name, section);
     }
 }
 

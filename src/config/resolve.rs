@@ -51,6 +51,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
     }
     let mcp = super::mcp::resolve_servers(raw.mcp, &defaults, &env_defaults, &cwd, sink);
     check_fallbacks(&tools, &props, &mcp, sink);
+    super::agents::resolve(raw.agents, &mut tools, &cwd, sink);
     let hooks = super::hooks::resolve(raw.hooks.value, &env_defaults, &cwd, sink);
     let notify = raw
         .notify
@@ -186,6 +187,11 @@ fn resolve_policy(raw: RawPolicy, sink: &mut Sink) -> Policy {
     {
         Some(Ok(n)) => p.max_parallel_calls = n,
         Some(Err(e)) => sink.key(place, "max_parallel_calls", e),
+        None => {}
+    }
+    match raw.max_depth.map(|v| check_count(v, 0, Some(16))) {
+        Some(Ok(n)) => p.max_depth = n,
+        Some(Err(e)) => sink.key(place, "max_depth", e),
         None => {}
     }
     for (i, pattern) in raw

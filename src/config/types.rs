@@ -46,6 +46,9 @@ pub struct Policy {
     /// At most this many calls of one turn run at the same time (issue 14); 1 runs
     /// them one by one.
     pub max_parallel_calls: u32,
+    /// How deep sub-agents may nest (issue 26): a run at this depth (the top run is
+    /// at 0) starts no child.
+    pub max_depth: u32,
 }
 
 /// `[policy] max_parallel_calls` when not given.
@@ -59,6 +62,7 @@ impl Default for Policy {
             stuck_repeats: 3,
             approval_patterns: Vec::new(),
             max_parallel_calls: DEFAULT_MAX_PARALLEL_CALLS,
+            max_depth: super::agents::DEFAULT_MAX_DEPTH,
         }
     }
 }
@@ -129,6 +133,17 @@ pub enum ToolKind {
     Command(CommandSpec),
     Http(HttpSpec),
     Mcp(McpSpec),
+    /// A sub-agent (`[agents.NAME]`, issue 26): a call is a child run.
+    Agent(AgentSpec),
+}
+
+/// `[agents.NAME]`: the task file a child run is started from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    /// As written in tools.toml.
+    pub task: String,
+    /// Resolved against tools.toml's folder.
+    pub task_path: std::path::PathBuf,
 }
 
 /// How agentrun reaches an MCP server.

@@ -209,7 +209,7 @@ impl Machine<'_> {
         let mut out = Vec::new();
         let pauses = match &execution {
             Execution::Done(o) => o.error == Some(ErrorKind::OutcomeUnknown) && o.via.is_none(),
-            Execution::Paused { .. } => true,
+            Execution::Paused { .. } | Execution::ChildWaiting { .. } => true,
         };
         step.slots[idx] = match execution {
             Execution::Done(o) if !pauses => {

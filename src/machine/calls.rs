@@ -51,6 +51,8 @@ pub(super) struct Ended {
     pub fresh: bool,
     /// Journaled when it arrived, ahead of the calls before it.
     pub journaled: bool,
+    /// A sub-agent's call: what its child run spent, for this run's budgets.
+    pub spent: Option<crate::records::Spent>,
 }
 
 impl Machine<'_> {
@@ -243,6 +245,7 @@ impl Machine<'_> {
                     error: Some(err.kind),
                     attempts: 0,
                     via: None,
+                    spent: None,
                 };
                 Some(Err(record_of(call, outcome, None)))
             }
@@ -268,7 +271,24 @@ impl Machine<'_> {
             }
             Execution::Done(o) => Next::Ended(record_of(&call, o, modified)),
             Execution::Paused { tool, args } => self.pause_for_approval(&call, &tool, &args, out),
+            Execution::ChildWaiting { reason } => self.wait_for_child(reason, out),
         }
+    }
+
+    /// A sub-agent's child run waits for a person (issue 26): the person answers the
+    /// child's escalation, so this run files none; it stops, leaving the call without
+    /// an outcome, and its resume runs the call again — which resumes the child.
+    fn wait_for_child(&mut self, reason: String, out: &mut Vec<Effect>) -> Next {
+        self.step = None;
+        out.push(Effect::SetStatus {
+            status: RunStatus::Escalated,
+            reason: reason.clone(),
+        });
+        out.push(Effect::Stop(Stop {
+            status: RunStatus::Escalated,
+            reason: StopReason::Text(reason),
+        }));
+        Next::Waiting
     }
 
     fn pause_for_approval(
@@ -454,6 +474,7 @@ impl Machine<'_> {
             error,
             fresh: true,
             journaled: false,
+            spent: None,
         }
     }
 
@@ -474,6 +495,9 @@ impl Machine<'_> {
             failed: r.is_error.then_some(ended.error),
         })];
         let message = Message::tool_result(&call.id, r.result.clone(), r.is_error);
+        if let (Some(spent), Some(step)) = (&ended.spent, self.step.as_mut()) {
+            step.next.children.add(spent);
+        }
         out.extend(self.after_call(&call, &ended, message));
         // A non-idempotent outcome is journaled at once even when it is the last:
         // should the step commit be lost, it is reused instead of becoming unknown.
@@ -530,6 +554,7 @@ fn journaled(entry: Option<&JournalEntry>) -> Option<Ended> {
         error,
         fresh: false,
         journaled: false,
+        spent: e.spent,
     })
 }
 
@@ -555,5 +580,6 @@ pub(super) fn record_of(call: &ToolCall, o: CallOutcome, modified: Option<Value>
         error: o.error,
         fresh: true,
         journaled: false,
+        spent: o.spent,
     }
 }

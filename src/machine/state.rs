@@ -56,6 +56,9 @@ pub struct LoopState {
     /// Final answers that failed the task's output schema (issue 26).
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub output_failures: u32,
+    /// What this run's sub-agents spent (issue 26): counted against its budgets.
+    #[serde(default, skip_serializing_if = "crate::records::Spent::is_zero")]
+    pub children: crate::records::Spent,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -71,8 +74,19 @@ fn is_zero_f64(v: &f64) -> bool {
 }
 
 impl LoopState {
+    /// Tokens spent, the sub-agents' included.
     pub fn tokens_used(&self) -> u64 {
-        self.input_tokens + self.output_tokens
+        self.input_tokens + self.output_tokens + self.children.tokens()
+    }
+
+    /// Model steps taken, the sub-agents' included.
+    pub fn steps_used(&self) -> u32 {
+        self.steps + self.children.steps
+    }
+
+    /// Money spent, the sub-agents' included.
+    pub fn cost_used(&self) -> f64 {
+        self.cost_usd + self.children.cost_usd
     }
 }
 
@@ -122,9 +136,9 @@ impl BudgetStop {
 
 /// The guard: may another model step start?
 pub fn check_budget(state: &LoopState, max_steps: u32, max_tokens: u64) -> Option<BudgetStop> {
-    if state.steps >= max_steps {
+    if state.steps_used() >= max_steps {
         return Some(BudgetStop::Steps {
-            used: state.steps,
+            used: state.steps_used(),
             max: max_steps,
         });
     }
@@ -140,10 +154,10 @@ pub fn check_budget(state: &LoopState, max_steps: u32, max_tokens: u64) -> Optio
 /// The money and time guard (issue 15): cost so far, and time driven so far.
 pub fn check_spend(state: &LoopState, active_ms: u64, spend: &super::Spend) -> Option<BudgetStop> {
     if let Some(max) = spend.max_cost
-        && state.cost_usd >= max
+        && state.cost_used() >= max
     {
         return Some(BudgetStop::Cost {
-            used: state.cost_usd,
+            used: state.cost_used(),
             max,
         });
     }
@@ -162,7 +176,7 @@ pub fn check_spend(state: &LoopState, active_ms: u64, spend: &super::Spend) -> O
 pub fn spend_note(state: &LoopState, active_ms: u64, spend: &super::Spend) -> String {
     let mut out = String::new();
     if let Some(max) = spend.max_cost {
-        let left = (max - state.cost_usd).max(0.0);
+        let left = (max - state.cost_used()).max(0.0);
         out += &format!(" {} of {} remain.", usd(left), usd(max));
     }
     if let Some(max) = spend.max_duration_ms {
@@ -194,7 +208,7 @@ fn seconds(ms: u64) -> String {
 /// The line appended to the system prompt of every request so the model can wrap up
 /// before the guard fires.
 pub fn budget_note(state: &LoopState, max_steps: u32, max_tokens: u64) -> String {
-    let steps_left = max_steps.saturating_sub(state.steps);
+    let steps_left = max_steps.saturating_sub(state.steps_used());
     let tokens_left = max_tokens.saturating_sub(state.tokens_used());
     format!(
         "Budget: this is step {} of {max_steps}; {steps_left} step(s) remain including this one, \

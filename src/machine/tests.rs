@@ -141,6 +141,7 @@ pub(super) fn outcome(content: Value, error: Option<ErrorKind>, attempts: u32) -
         error,
         attempts,
         via: None,
+        spent: None,
     })
 }
 
@@ -471,6 +472,7 @@ fn entry(id: &str, tool: &str, started: bool, result: Option<Value>) -> JournalE
         result,
         is_error: false,
         via: None,
+        spent: None,
     }
 }
 

@@ -51,6 +51,9 @@ pub struct JournalEntry {
     pub result: Option<Value>,
     pub is_error: bool,
     pub via: Option<String>,
+    /// For a sub-agent's call with an outcome: what its child run spent (issue 26).
+    /// Not a column: the driver reads it from the child's row when it loads a step.
+    pub spent: Option<super::Spent>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

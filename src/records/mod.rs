@@ -16,4 +16,4 @@ pub use detail::{
 };
 pub use escalation::{EscalationId, EscalationRow, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StoredEvent, StoredMessage};
-pub use run::{RunId, RunRow, RunStatus};
+pub use run::{ParentLink, RunId, RunRow, RunStatus, Spent};

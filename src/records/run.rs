@@ -108,4 +108,49 @@ pub struct RunRow {
     pub worker: Option<String>,
     /// The lease's last heartbeat (ms since the epoch).
     pub heartbeat: Option<i64>,
+    /// The run and call that started this run as a sub-agent (issue 26).
+    pub parent: Option<ParentLink>,
+}
+
+/// A child run's parent: the run, and the model's id of the call that started it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParentLink {
+    pub run: RunId,
+    pub call: String,
+}
+
+impl ParentLink {
+    /// The link from a run row's two columns: both set, or none.
+    pub fn from_columns(run: Option<String>, call: Option<String>) -> Option<ParentLink> {
+        Some(ParentLink {
+            run: RunId(run?),
+            call: call?,
+        })
+    }
+}
+
+/// What a child run spent (issue 26), counted against its parent's budgets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Spent {
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+}
+
+impl Spent {
+    pub fn add(&mut self, other: &Spent) {
+        self.steps += other.steps;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd += other.cost_usd;
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    pub fn is_zero(&self) -> bool {
+        *self == Spent::default()
+    }
 }

@@ -30,6 +30,8 @@ pub struct CallOutcome {
     pub attempts: u32,
     /// The fallback tool whose result this is, when not the tool asked for.
     pub via: Option<String>,
+    /// What a sub-agent's child run spent (issue 26), counted against this run.
+    pub spent: Option<crate::records::Spent>,
 }
 
 /// Decided by the loop before each tool in a chain runs (approvals, breakers).
@@ -49,6 +51,12 @@ pub enum Execution {
     Paused {
         tool: String,
         args: Value,
+    },
+    /// A sub-agent's child run waits for a person (issue 26): the run pauses too, and
+    /// runs the call again — resuming that child — when it is resumed.
+    ChildWaiting {
+        /// What the child waits for, for the run's reason.
+        reason: String,
     },
 }
 
@@ -86,6 +94,10 @@ pub async fn execute_approved_hop(
             0,
             prompts,
         ),
+        // Only a sub-agent's call waits for its child, and a chain never runs one.
+        Execution::ChildWaiting { reason } => {
+            failed(&ToolError::new(ErrorKind::ToolBug, reason), 0, prompts)
+        }
     }
 }
 
@@ -164,6 +176,7 @@ pub(crate) fn succeeded(content: Value, attempts: u32, via: Option<String>) -> C
         error: None,
         attempts,
         via,
+        spent: None,
     }
 }
 
@@ -174,5 +187,6 @@ pub(crate) fn failed(err: &ToolError, attempts: u32, prompts: &Prompts) -> CallO
         error: Some(err.kind),
         attempts,
         via: None,
+        spent: None,
     }
 }

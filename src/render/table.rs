@@ -26,9 +26,21 @@ pub struct TableOptions<'a> {
 /// The table, header first, one line per run.
 pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     let (now_ms, style) = (opts.now_ms, opts.style);
+    // A sub-agent's run says whose it is (issue 26).
+    let texts: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            let task = r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            match &r.parent {
+                Some(p) => format!("(sub-agent of {}) {task}", p.run),
+                None => task.to_string(),
+            }
+        })
+        .collect();
     let rows: Vec<Row<'_>> = runs
         .iter()
-        .map(|r| Row {
+        .zip(&texts)
+        .map(|(r, text)| Row {
             cells: vec![
                 r.id.to_string(),
                 match (&r.worker, r.status) {
@@ -41,7 +53,7 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
                 (r.input_tokens + r.output_tokens).to_string(),
                 age(now_ms, r.created_at),
             ],
-            text: r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or(""),
+            text,
         })
         .collect();
     let columns = [

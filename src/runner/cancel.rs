@@ -46,7 +46,11 @@ pub fn cancel(
     who: &CancelBy<'_>,
     wait: Duration,
 ) -> Result<Cancelled, StoreError> {
-    match store.cancel_run(id, who.by, who.reason)? {
+    let first = store.cancel_run(id, who.by, who.reason)?;
+    // Its sub-agents' runs stop with it (issue 26), after it: a holder that drops a
+    // child mid-call finds the parent's request and cancels the child itself.
+    super::children::cancel_descendants(store, id, who.by)?;
+    match first {
         CancelOutcome::Cancelled => return Ok(Cancelled::Done { was_held: false }),
         CancelOutcome::AlreadyCancelled => return Ok(Cancelled::Already),
         CancelOutcome::Finished(status) => return Ok(Cancelled::Finished(status)),

@@ -142,8 +142,10 @@ impl Drive<'_> {
                     ),
                 );
                 let prompts = &r.resolved.snapshot.prompts;
+                // A sub-agent's spend counts even when its answer is withheld.
                 return Execution::Done(CallOutcome {
                     via: outcome.via,
+                    spent: outcome.spent,
                     ..failed(&err, outcome.attempts, prompts)
                 });
             }

@@ -73,11 +73,23 @@ pub async fn drive(runner: &Runner, how: Lifecycle) -> Result<RunOutcome, RunErr
     ));
     let to_queue = matches!(how.stop_on, StopOn::Worker { .. });
     let watcher = tokio::spawn(watch_stops(how.stop_on, tx));
+    // Aborted however this ends: a sub-agent's drive is dropped when its parent stops
+    // mid-call (issue 26), and its pulse must not outlive it.
+    let _tasks = AbortOnDrop([pulse, watcher]);
     let result = runner.run_with(inbox).await;
-    pulse.abort();
-    watcher.abort();
     release(&store, &lease, &result, to_queue)?;
     result
+}
+
+/// Background tasks of one drive, aborted when it ends or is dropped.
+struct AbortOnDrop([tokio::task::JoinHandle<()>; 2]);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Gives the run up as its outcome says: back to the queue when the worker stopped

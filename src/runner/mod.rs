@@ -11,6 +11,7 @@
 //! it asks the model or runs a tool.
 
 pub mod cancel;
+pub mod children;
 mod hooks;
 pub mod lifecycle;
 pub mod observe;
@@ -195,7 +196,8 @@ impl Runner {
                 }
                 Effect::RunCall(call) => {
                     let guard = machine.pending_state().clone();
-                    running.push(Box::pin(d.run_call(guard, *call)));
+                    let left = time_left(&machine);
+                    running.push(Box::pin(d.run_call(guard, left, *call)));
                 }
                 Effect::AskModel(ask) => {
                     // The request borrows the machine: stops that come meanwhile are
@@ -424,10 +426,11 @@ impl Drive<'_> {
         let r = self.runner;
         let turn = r.store.model_turn(r.run_id(), step)?;
         let (journal, escalations) = match turn {
-            Some(_) => (
-                r.store.journal_for_step(r.run_id(), step)?,
-                r.store.escalations_for_run(r.run_id())?,
-            ),
+            Some(_) => {
+                let mut journal = r.store.journal_for_step(r.run_id(), step)?;
+                children::fill_spent(r, &mut journal);
+                (journal, r.store.escalations_for_run(r.run_id())?)
+            }
             None => (Vec::new(), Vec::new()),
         };
         Ok(Event::StepLoaded {
@@ -524,7 +527,12 @@ impl Drive<'_> {
 
     /// Runs a call through the recovery chain, gated by the step's pending state as of
     /// the call's start (`guard`).
-    async fn run_call(&self, guard: LoopState, mut call: RunCall) -> Event {
+    async fn run_call(
+        &self,
+        guard: LoopState,
+        time_left: Option<std::time::Duration>,
+        mut call: RunCall,
+    ) -> Event {
         let r = self.runner;
         fault::point("after_tool_intent");
         r.observer.call_started(&call.tool, call.max_attempts);
@@ -555,6 +563,37 @@ impl Drive<'_> {
             }
         }
         let (tools, prompts) = (&r.resolved.tools, &r.resolved.snapshot.prompts);
+        // A sub-agent's call is a child run (issue 26), checked against its schema
+        // here as the chain checks a tool's.
+        if let Some(crate::config::ToolKind::Agent(agent)) =
+            tools.tools.get(&call.tool).map(|d| &d.kind)
+            && call.approved_hop.is_none()
+        {
+            let execution = match tools
+                .tools
+                .get(&call.tool)
+                .map(|def| recovery::check_args(def, &call.args))
+            {
+                Some(Err(err)) => Execution::Done(recovery::failed(&err, 0, prompts)),
+                _ => {
+                    let child = children::ChildCall {
+                        name: &call.tool,
+                        agent,
+                        call_id: &call.call_id,
+                        key: &key,
+                        args: &call.args,
+                        parent: &guard,
+                        time_left,
+                    };
+                    children::run(r, &child, &self.events).await
+                }
+            };
+            let execution = self.after_tool(&call, &ctx, execution).await;
+            return Event::CallRan {
+                call_id: call.call_id,
+                execution,
+            };
+        }
         let execution = match &call.approved_hop {
             Some((hop, args)) => Execution::Done(
                 recovery::execute_approved_hop(tools, prompts, hop, args, &ctx).await,

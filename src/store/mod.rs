@@ -29,8 +29,8 @@ mod sqlite;
 pub use crate::records::{
     AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, CallRecord, CallStatus,
     EscalationDetail, EscalationId, EscalationKind, EscalationRow, Facts, Handover, JournalEntry,
-    QuestionFacts, Resolution, RunId, RunRow, RunStatus, StoredEvent, StoredMessage, StuckFacts,
-    ToolFailures,
+    ParentLink, QuestionFacts, Resolution, RunId, RunRow, RunStatus, Spent, StoredEvent,
+    StoredMessage, StuckFacts, ToolFailures,
 };
 pub use cancel::{CancelOutcome, CancelRequest, cancel_text};
 pub use check::DbCheck;
@@ -166,6 +166,13 @@ macro_rules! delegate {
 delegate! {
     /// Creates a run, already leased to this process, with its opening messages.
     fn create_run(&self, new: &NewRun<'_>) -> Result<Lease>;
+    /// Creates a child run (issue 26), leased to this process, linked to its parent
+    /// call; `key` (the call's idempotency key) is unique: one call, one child.
+    fn create_child_run(&self, new: &NewRun<'_>, parent: &ParentLink, key: &str) -> Result<Lease>;
+    /// The child run the call with idempotency key `key` started, if any.
+    fn child_by_key(&self, key: &str) -> Result<Option<RunRow>>;
+    /// A run's child runs, oldest first.
+    fn children(&self, parent: &RunId) -> Result<Vec<RunRow>>;
     /// Takes the lease of a run for this process. Refused while another live holder
     /// has it; a holder that died or went silent is replaced.
     fn acquire(&self, id: &RunId) -> Result<Lease>;

@@ -38,6 +38,12 @@ pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> Atte
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,
         ToolKind::Mcp(spec) => mcp::call(spec, def, args, ctx).await,
+        // The driver runs an agent's calls as child runs (`runner::children`); no
+        // chain reaches here with one (a fallback may not name an agent).
+        ToolKind::Agent(_) => Err(outcome::ToolError::new(
+            outcome::ErrorKind::ToolBug,
+            format!("{}: a sub-agent is not run as a tool attempt", def.name),
+        )),
     };
     let max = crate::model::limits::MAX_DEPTH;
     match result {

@@ -184,3 +184,21 @@ fn a_hook_refuses_a_large_refund_and_normalises_the_next_one() {
         json!({"order_id": "ORD-1001", "amount": 100})
     );
 }
+
+#[test]
+fn two_sub_agents_answer_in_parallel_as_child_runs() {
+    let ex = Example::new();
+    let (code, v) = ex.start("subagents");
+    assert_eq!(code, 0, "{v}");
+    let show = ex.show(&v);
+    let results = tool_results(&show);
+    assert_eq!(results.len(), 2, "{results:?}");
+    for r in &results {
+        assert_eq!(r["source"], "kb/refunds.md, kb/shipping.md", "{r}");
+    }
+    let children = show["children"].as_array().expect("children");
+    assert_eq!(children.len(), 2, "{children:?}");
+    assert!(children.iter().all(|c| c["status"] == "completed"));
+    // Their spend counts against the lead's budget.
+    assert_eq!(show["children_spent"]["steps"], 4);
+}

@@ -47,6 +47,7 @@ mod steering;
 mod storage;
 mod streaming;
 mod structured;
+mod subagents;
 mod syncs;
 mod tools_exec;
 mod trust;

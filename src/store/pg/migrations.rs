@@ -139,4 +139,12 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
     "#,
+    // 6: sub-agents (as SQLite's migration 8).
+    r#"
+    ALTER TABLE runs ADD COLUMN parent_run TEXT;
+    ALTER TABLE runs ADD COLUMN parent_call TEXT;
+    ALTER TABLE runs ADD COLUMN child_key TEXT;
+    CREATE UNIQUE INDEX runs_child_key ON runs (child_key);
+    CREATE INDEX runs_by_parent ON runs (parent_run);
+    "#,
 ];

@@ -36,6 +36,7 @@ pub(super) fn run_row(r: &Row) -> Result<RunRow> {
         updated_at: r.get(13),
         worker: r.get(14),
         heartbeat: r.get(15),
+        parent: crate::records::ParentLink::from_columns(r.get(16), r.get(17)),
     })
 }
 pub(super) fn message_row(run: &RunId, r: &Row) -> Result<StoredMessage> {
@@ -67,6 +68,7 @@ pub(super) fn journal_row(run: &RunId, r: &Row) -> Result<JournalEntry> {
             .map_err(|e| corrupt(run, e))?,
         is_error: r.get(9),
         via: r.get(10),
+        spent: None,
     })
 }
 pub(super) fn escalation_row(r: &Row) -> Result<EscalationRow> {

@@ -3,12 +3,21 @@
 use super::conn::PgStore;
 use super::rows::run_row;
 use super::write::{check_lease, encode_messages, insert_messages, insert_scripts};
-use crate::records::{RunId, RunRow, RunStatus};
+use crate::records::{ParentLink, RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
 use crate::store::input::NewRun;
 use crate::store::lease::{Lease, process_alive};
 use std::collections::BTreeMap;
+
+/// The columns [`run_row`] reads, in its order (a macro: queries are `&'static str`).
+macro_rules! run_columns {
+    () => {
+        "id, task, task_path, status, max_steps, max_tokens, steps, input_tokens, \
+         output_tokens, answer, error, lease_pid, created_at, updated_at, lease_worker, \
+         lease_heartbeat, parent_run, parent_call"
+    };
+}
 
 impl PgStore {
     pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
@@ -144,10 +153,7 @@ impl PgStore {
         self.read(move |r| {
             let row = r
                 .opt(
-                    "SELECT id, task, task_path, status, max_steps, max_tokens, steps, input_tokens,
-                        output_tokens, answer, error, lease_pid, created_at, updated_at,
-                        lease_worker, lease_heartbeat
-                     FROM runs WHERE id = $1",
+                    concat!("SELECT ", run_columns!(), " FROM runs WHERE id = $1"),
                     &[&id.0],
                 )?
                 .ok_or_else(|| StoreError::RunNotFound(id.0.clone()))?;
@@ -216,6 +222,54 @@ impl PgStore {
         }
     }
 
+    /// Creates a child run (issue 26), already leased to this process: a run with its
+    /// parent and the parent call's idempotency key, which the unique index
+    /// `runs_child_key` keeps to one run.
+    pub fn create_child_run(
+        &self,
+        new: &NewRun<'_>,
+        parent: &ParentLink,
+        key: &str,
+    ) -> Result<Lease> {
+        let lease = self.create_run(new)?;
+        let (id, run, call, key) = (
+            new.id.0.clone(),
+            parent.run.0.clone(),
+            parent.call.clone(),
+            key.to_string(),
+        );
+        self.write(move |tx| {
+            tx.exec(
+                "UPDATE runs SET parent_run = $2, parent_call = $3, child_key = $4 WHERE id = $1",
+                &[&id, &run, &call, &key],
+            )?;
+            Ok(())
+        })?;
+        Ok(lease)
+    }
+
+    /// The child run started by the call with idempotency key `key`, if any.
+    pub fn child_by_key(&self, key: &str) -> Result<Option<RunRow>> {
+        let key = key.to_string();
+        self.read(move |r| {
+            let sql = concat!("SELECT ", run_columns!(), " FROM runs WHERE child_key = $1");
+            r.opt(sql, &[&key])?.map(|row| run_row(&row)).transpose()
+        })
+    }
+
+    /// A run's child runs, oldest first.
+    pub fn children(&self, parent: &RunId) -> Result<Vec<RunRow>> {
+        let parent = parent.0.clone();
+        self.read(move |r| {
+            let sql = concat!(
+                "SELECT ",
+                run_columns!(),
+                " FROM runs WHERE parent_run = $1 ORDER BY created_at, seq"
+            );
+            r.query(sql, &[&parent])?.iter().map(run_row).collect()
+        })
+    }
+
     pub fn list_runs(&self, status: Option<RunStatus>) -> Result<Vec<RunRow>> {
         self.recent_runs(status, None)
     }
@@ -250,7 +304,7 @@ impl PgStore {
 
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat FROM runs WHERE ($1::text IS NULL OR status = $1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call FROM runs WHERE ($1::text IS NULL OR status = $1) \
      ORDER BY created_at DESC, seq DESC LIMIT $2";
 const RECENT_RUNS_PLAN: &str = "EXPLAIN SELECT id, task, task_path, status, max_steps, \
      max_tokens, steps, input_tokens, output_tokens, answer, error, lease_pid, created_at, \

@@ -149,6 +149,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX outbox_pending ON outbox (seq) WHERE state = 'pending';
     "#,
+    // 8: sub-agents (issue 26): a child run names its parent run and call, and holds
+    // the parent call's idempotency key, unique, so one call never has two children.
+    r#"
+    ALTER TABLE runs ADD COLUMN parent_run TEXT;
+    ALTER TABLE runs ADD COLUMN parent_call TEXT;
+    ALTER TABLE runs ADD COLUMN child_key TEXT;
+    CREATE UNIQUE INDEX runs_child_key ON runs (child_key);
+    CREATE INDEX runs_by_parent ON runs (parent_run);
+    "#,
 ];
 
 #[cfg(test)]

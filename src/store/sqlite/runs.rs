@@ -4,7 +4,7 @@
 use super::conn::SqliteStore;
 use super::rows::{RUN_COLUMNS, run_row};
 use super::write::{check_lease, insert_messages, insert_scripts};
-use crate::records::{RunId, RunRow, RunStatus};
+use crate::records::{ParentLink, RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
 use crate::store::input::NewRun;
@@ -15,6 +15,15 @@ use std::collections::BTreeMap;
 impl SqliteStore {
     /// Creates a run, already leased to this process, with its opening messages.
     pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
+        self.create_run_with(new, None)
+    }
+
+    /// [`SqliteStore::create_run`], for a child run with its parent link and key.
+    fn create_run_with(
+        &self,
+        new: &NewRun<'_>,
+        parent: Option<(&ParentLink, &str)>,
+    ) -> Result<Lease> {
         let now = now_ms();
         let pid = std::process::id() as i64;
         self.write(|tx| {
@@ -32,6 +41,12 @@ impl SqliteStore {
                     now
                 ],
             )?;
+            if let Some((link, key)) = parent {
+                tx.execute(
+                    "UPDATE runs SET parent_run = ?2, parent_call = ?3, child_key = ?4 WHERE id = ?1",
+                    params![new.id.0, link.run.0, link.call, key],
+                )?;
+            }
             tx.execute(
                 "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
                 params![new.id.0, new.snapshot],
@@ -201,6 +216,46 @@ impl SqliteStore {
         }
     }
 
+    /// Creates a child run (issue 26), already leased to this process: a run with its
+    /// parent and the parent call's idempotency key, which the unique index
+    /// `runs_child_key` keeps to one run.
+    pub fn create_child_run(
+        &self,
+        new: &NewRun<'_>,
+        parent: &ParentLink,
+        key: &str,
+    ) -> Result<Lease> {
+        let lease = self.create_run_with(new, Some((parent, key)))?;
+        Ok(lease)
+    }
+
+    /// The child run started by the call with idempotency key `key`, if any.
+    pub fn child_by_key(&self, key: &str) -> Result<Option<RunRow>> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE child_key = ?1"),
+                [key],
+                run_row,
+            )
+            .optional()?;
+        row.transpose()
+    }
+
+    /// A run's child runs, oldest first.
+    pub fn children(&self, parent: &RunId) -> Result<Vec<RunRow>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE parent_run = ?1 ORDER BY created_at, rowid"
+        ))?;
+        let rows = stmt.query_map([&parent.0], run_row)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(row??);
+        }
+        Ok(out)
+    }
+
     /// Runs, newest first, optionally only those with `status`.
     pub fn list_runs(&self, status: Option<RunStatus>) -> Result<Vec<RunRow>> {
         self.recent_runs(status, None)
@@ -241,7 +296,7 @@ impl SqliteStore {
 /// A negative LIMIT is no limit in SQLite.
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
      ORDER BY created_at DESC, rowid DESC LIMIT ?2";
 fn format_time(ms: i64) -> String {
     crate::timefmt::rfc3339(ms)

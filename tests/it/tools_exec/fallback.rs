@@ -36,6 +36,7 @@ async fn a_fallback_result_is_used_and_disclosed() {
         error: None,
         attempts: 4,
         via: Some("kb_cache".to_string()),
+        spent: None,
     };
     assert_eq!(outcome, want);
     let kinds = h.event_kinds();

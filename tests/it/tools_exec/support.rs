@@ -180,6 +180,7 @@ impl Harness {
         match self.execute_gated(cfg, tool, args, &|_, _| Gate::Run).await {
             Execution::Done(outcome) => outcome,
             Execution::Paused { tool, args } => panic!("paused before {tool} {args}"),
+            Execution::ChildWaiting { reason } => panic!("waiting for a child: {reason}"),
         }
     }
 
