@@ -317,6 +317,11 @@ fn find_run(store: &Store, prefix: &str) -> anyhow::Result<crate::store::RunId> 
 
 /// Runs the parsed command and returns the exit code.
 pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
+    // Whatever the command, a password in `--db` is in the process list (issue 22:
+    // only the commands that opened the database said so).
+    if let Some(db) = &cli.db {
+        warn_password_in_argv(db);
+    }
     if !matches!(
         cli.command,
         Command::Init(_) | Command::Completions(_) | Command::Man(_)

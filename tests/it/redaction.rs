@@ -189,3 +189,148 @@ fn a_key_echoed_in_streamed_anthropic_answer_text_is_redacted_everywhere() {
     assert!(!run.stdout.contains(a), "half the key streamed: {run}");
     assert_nowhere(&p, &run, ANTHROPIC_KEY);
 }
+
+// ---- PostgreSQL passwords ------------------------------------------------------------
+
+/// Every command, given `--db` with a password, says the process list shows it — and
+/// prints no part of the password, even one with `/`, `?`, `#`, `:` and `&` in it (the
+/// database is a closed port: each command fails to connect, or never connects).
+#[test]
+fn every_command_warns_of_a_password_in_db_and_prints_none_of_it() {
+    let password = "sl/qu?ha#co:am&eq=7d41c9";
+    let db = format!("postgres://bob:{password}@127.0.0.1:1/agentrun");
+    let p = Project::new();
+    p.model_script(serde_json::json!([{ "text": "done" }]));
+    p.task("tools = []", "Say done.");
+    p.write("tools.toml", "");
+    let commands: &[&[&str]] = &[
+        &["start", "task.md"],
+        &["resume", "abc123"],
+        &["submit", "task.md"],
+        &["worker", "--until-idle"],
+        &["runs", "list"],
+        &["runs", "show", "abc123"],
+        &["runs", "export", "abc123"],
+        &["runs", "rm", "abc123"],
+        &["runs", "prune", "--older-than", "1d"],
+        &["runs", "cancel", "abc123"],
+        &["escalations", "list"],
+        &["db", "check"],
+        &["tools", "check"],
+    ];
+    for args in commands {
+        let mut all = vec!["--db", db.as_str()];
+        all.extend_from_slice(args);
+        let mut c = p.command(&all);
+        c.env_remove("AGENTRUN_DB").env_remove("PGPASSWORD");
+        let run = Run::from_output(c.output().expect("spawn agentrun"));
+        assert_eq!(
+            run.stderr.matches("visible to every user").count(),
+            1,
+            "{args:?}: {run}"
+        );
+        assert_no_part_of(password, &run, args);
+    }
+}
+
+/// No six characters in a row of `password` are in what `run` printed.
+fn assert_no_part_of(password: &str, run: &Run, what: &dyn std::fmt::Debug) {
+    let chars: Vec<char> = password.chars().collect();
+    for w in chars.windows(6) {
+        let piece: String = w.iter().collect();
+        assert!(
+            !run.stdout.contains(&piece) && !run.stderr.contains(&piece),
+            "{what:?} printed `{piece}` of the password: {run}"
+        );
+    }
+}
+
+/// The test server's URL and a role (`pwspecial`, made by `.ci/pg`) whose password has
+/// URL-special characters.
+fn pg_special() -> Option<(String, String, String)> {
+    crate::common::peer::available(
+        "PostgreSQL with the pwspecial role",
+        "`eval \"$(.ci/pg start)\"` starts one",
+        || {
+            let url = crate::common::test_pg()?;
+            let password = std::env::var("AGENTRUN_TEST_PG_SPECIAL_PASSWORD").ok()?;
+            let port = url.rsplit_once(':')?.1.split('/').next()?.to_string();
+            Some((url, port, password))
+        },
+    )
+}
+
+/// Each way connecting can fail — refused, authentication failed, no such database,
+/// a certificate not trusted, a URL that cannot be read — and success: the password
+/// (with `/`, `?`, `#`, `:`, `&`, `=`) is read whole and no part of it is printed.
+#[test]
+fn no_postgresql_error_prints_a_password_with_url_special_characters() {
+    let Some((base, port, password)) = pg_special() else {
+        return;
+    };
+    // A schema of its own, so the tables `runs list` creates are this test's.
+    let schema = crate::common::fresh_pg_schema(&base);
+    let options = schema.split_once('?').map_or("", |(_, q)| q).to_string();
+    let name = options.rsplit("%3D").next().expect("a search_path");
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).expect("connect");
+    admin
+        .batch_execute(&format!("GRANT ALL ON SCHEMA {name} TO pwspecial"))
+        .expect("grant");
+    let wrong = "wr/ong?pw#x:y&z=41e7b2";
+    let url = |pw: &str, host_port: &str, db: &str, params: &str| {
+        format!("postgres://pwspecial:{pw}@{host_port}/{db}?{options}{params}")
+    };
+    let local = format!("127.0.0.1:{port}");
+    let cases = [
+        ("works", url(&password, &local, "agentrun", ""), 0, ""),
+        (
+            "auth failed",
+            url(wrong, &local, "agentrun", ""),
+            2,
+            "authentication failed",
+        ),
+        (
+            "refused",
+            url(&password, "127.0.0.1:1", "agentrun", ""),
+            2,
+            "refused",
+        ),
+        (
+            "database missing",
+            url(&password, &local, "no_such_db_22", ""),
+            2,
+            "no_such_db_22",
+        ),
+        (
+            "tls not trusted",
+            url(
+                &password,
+                &format!("localhost:{port}"),
+                "agentrun",
+                "&sslmode=verify-full&sslrootcert=system",
+            ),
+            2,
+            "certificate",
+        ),
+        (
+            "unreadable",
+            url(&password, "127.0.0.1:notaport", "agentrun", ""),
+            2,
+            "",
+        ),
+    ];
+    for (what, db, code, says) in cases {
+        let p = Project::new();
+        let mut c = p.command(&["--db", &db, "runs", "list"]);
+        c.env_remove("AGENTRUN_DB")
+            .env_remove("PGPASSWORD")
+            .env_remove("PGSSLMODE")
+            .env("HOME", p.path());
+        let run = Run::from_output(c.output().expect("spawn agentrun"));
+        assert_eq!(run.code, code, "{what}: {run}");
+        assert!(run.stderr.contains(says), "{what}: {run}");
+        assert_no_part_of(&password, &run, &what);
+        assert_no_part_of(wrong, &run, &what);
+        eprintln!("{what}: {}", run.stderr.trim_end());
+    }
+}

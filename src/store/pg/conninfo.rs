@@ -78,6 +78,7 @@ pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Reads `url` with the environment's defaults. Errors are one line for the user.
 pub fn resolve(url: &str, env: Env<'_>) -> Result<ConnInfo, String> {
+    refuse_split_credentials(url)?;
     let (base, params) = split_query(url);
     let mut kept = Vec::new();
     let (mut sslmode, mut sslrootcert) = (None, None);
@@ -258,10 +259,32 @@ fn pgpass_fields(line: &str) -> Vec<String> {
 }
 
 /// The URL before `?` and its decoded query parameters.
+/// A second `@` between the credentials and the path means an `@` in the user name or
+/// password was not percent-encoded: the URL would be read with part of the password
+/// as the host, which messages then show. Refused, showing nothing of the URL.
+fn refuse_split_credentials(url: &str) -> Result<(), String> {
+    let Some((_, _, rest)) = super::url::split_credentials(url) else {
+        return Ok(());
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    if host.contains('@') {
+        return Err(
+            "the database URL has more than one `@` before its path: write an `@` in \
+                    the user name or password as %40 (or give the password in PGPASSWORD)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The URL without its query, and the query's parameters. The query starts at the
+/// first `?` after the credentials (a password may hold a `?`).
 fn split_query(url: &str) -> (&str, Vec<(String, String)>) {
-    let Some((base, query)) = url.split_once('?') else {
+    let from = super::url::split_credentials(url).map_or(0, |(_, _, rest)| url.len() - rest.len());
+    let Some(at) = url[from..].find('?').map(|i| from + i) else {
         return (url, Vec::new());
     };
+    let (base, query) = (&url[..at], &url[at + 1..]);
     let params = query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -339,6 +362,26 @@ mod tests {
         let info = resolve("postgres://bob:pw@h:1/d", &env_of(&[])).unwrap();
         assert_eq!(info.config.get_password(), Some(&b"pw"[..]));
         assert_eq!(info.display, "postgres://bob@h:1/d");
+    }
+
+    /// Issue 22: a password holding `/`, `?`, `#`, `:` or `&` is read whole (the query
+    /// is found after it); an unencoded `@` in it is refused without showing the URL.
+    #[test]
+    fn a_password_with_url_special_characters_is_read_whole_or_refused_unshown() {
+        let pw = "sl/qu?ha#co:am&x";
+        let info = resolve(
+            &format!("postgres://bob:{pw}@h:1/d?sslmode=disable"),
+            &env_of(&[]),
+        )
+        .unwrap();
+        assert_eq!(info.config.get_password(), Some(pw.as_bytes()));
+        assert_eq!(info.display, "postgres://bob@h:1/d");
+        assert_eq!(info.tls, TlsMode::Disable);
+        let err = resolve("postgres://bob:p@ss-9f2e@h:1/d", &env_of(&[]))
+            .err()
+            .unwrap();
+        assert!(err.contains("%40"), "{err}");
+        assert!(!err.contains("9f2e") && !err.contains("p@"), "{err}");
     }
 
     #[test]

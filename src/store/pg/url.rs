@@ -1,13 +1,23 @@
 //! Connection strings: what messages may show of them (never the password).
 
+/// Where a URL's credentials end: at the first `@` after `://`, wherever it is — the
+/// rule tokio-postgres parses by, so a password holding `/`, `?`, `#` or `:` is taken
+/// whole (issue 22: a password with a `/` was cut at it, and its second half printed).
+/// `(scheme, userinfo, rest)`; `None` without `://` or without credentials.
+pub fn split_credentials(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (userinfo, tail) = rest.split_once('@')?;
+    Some((scheme, userinfo, tail))
+}
+
 /// The URL with any password replaced, so messages never show it.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (auth, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let (userinfo, tail) = match split_credentials(url) {
+        Some((_, userinfo, tail)) => (Some(userinfo), tail),
+        None => (None, rest),
     };
     let tail = match tail.find("password=") {
         Some(i) => {
@@ -16,17 +26,17 @@ pub fn redact_url(url: &str) -> String {
         }
         None => tail.to_string(),
     };
-    match auth.rsplit_once('@') {
-        Some((userinfo, host)) => {
+    match userinfo {
+        Some(userinfo) => {
             let user = userinfo.split(':').next().unwrap_or("");
             let pass = if userinfo.contains(':') {
                 ":[redacted]"
             } else {
                 ""
             };
-            format!("{scheme}://{user}{pass}@{host}{tail}")
+            format!("{scheme}://{user}{pass}@{tail}")
         }
-        None => format!("{scheme}://{auth}{tail}"),
+        None => format!("{scheme}://{tail}"),
     }
 }
 
@@ -52,5 +62,24 @@ mod tests {
             redact_url("postgres://localhost/runs?user=a&password=x&port=1"),
             "postgres://localhost/runs?user=a&password=[redacted]&port=1"
         );
+    }
+
+    /// Issue 22: the password was cut at its `/` and the rest shown.
+    #[test]
+    fn a_password_with_url_special_characters_is_redacted_whole() {
+        for pw in [
+            "pa/ss-9f2e",
+            "pa?ss-9f2e",
+            "pa#ss-9f2e",
+            "pa:ss/9f?2e#x&y=z",
+        ] {
+            let url = format!("postgres://bob:{pw}@db.example:5432/runs?sslmode=require");
+            let shown = redact_url(&url);
+            assert_eq!(
+                shown, "postgres://bob:[redacted]@db.example:5432/runs?sslmode=require",
+                "{pw}"
+            );
+            assert!(!shown.contains("9f"), "{shown}");
+        }
     }
 }
