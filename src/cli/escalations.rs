@@ -189,6 +189,10 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         output::print_json(&v)?;
         return Ok(Exit::Completed);
     }
+    // What a tool, a model or a server wrote is shown on one line each, without escape
+    // sequences: it cannot colour itself like agentrun nor start a line that reads as
+    // agentrun's own (`Decision: …`; issue 22).
+    use crate::render::text::one_line;
     writeln!(o, "escalation {}  {}  {}", e.id, e.kind, e.status())?;
     writeln!(
         o,
@@ -201,22 +205,28 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         let tools: Vec<String> = f
             .tools
             .iter()
-            .map(|t| format!("{} ({} failures)", t.tool, t.failures))
+            .map(|t| format!("{} ({} failures)", one_line(&t.tool), t.failures))
             .collect();
         writeln!(o, "tools {}", tools.join(", "))?;
     } else {
-        writeln!(o, "tool {}", e.detail.facts.tool())?;
+        writeln!(o, "tool {}", one_line(e.detail.facts.tool()))?;
     }
     if let Some(args) = e.detail.facts.args() {
-        writeln!(o, "arguments {args}")?;
+        writeln!(o, "arguments {}", one_line(&args.to_string()))?;
     }
     if let Facts::Question(q) = &e.detail.facts {
-        writeln!(o, "question {}", q.question)?;
+        writeln!(o, "question {}", one_line(&q.question))?;
     }
     writeln!(o)?;
     write!(o, "{}", handover::render(&e.detail.handover))?;
     if let (Some(r), Some(by), Some(at)) = (&e.resolution, &e.resolved_by, e.resolved_at) {
-        writeln!(o, "\nDecision: {} by {by} at {}", describe(r), rfc3339(at))?;
+        writeln!(
+            o,
+            "\nDecision: {} by {} at {}",
+            one_line(&describe(r)),
+            one_line(by),
+            rfc3339(at)
+        )?;
     } else {
         writeln!(
             o,
@@ -232,7 +242,7 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
                 o,
                 "  step {}: {}",
                 ev.step,
-                super::describe_event(&ev.event)
+                one_line(&super::describe_event(&ev.event))
             )?;
         }
     }

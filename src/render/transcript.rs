@@ -3,7 +3,7 @@
 //! fallback hops), what came back (long results folded), nudges and escalations.
 
 use super::Style;
-use super::text::{fold, indent};
+use super::text::{fold, indent, one_line, plain};
 use crate::model::{Part, Role};
 use crate::records::{
     EscalationRow, JournalEntry, Resolution, RunRow, RunStatus, StoredEvent, StoredMessage,
@@ -48,7 +48,7 @@ pub fn render(v: &RunView<'_>, style: Style) -> String {
 pub fn render_head(v: &RunView<'_>, style: Style) -> String {
     let mut out = header(v, style);
     out.push_str(&format!("\n{}\n", style.bold("task")));
-    out.push_str(&format!("  {}\n", indent(v.row.task.trim_end(), 2)));
+    out.push_str(&format!("  {}\n", indent(&plain(v.row.task.trim_end()), 2)));
     out
 }
 
@@ -72,16 +72,22 @@ pub fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
         let _ = writeln!(
             out,
             "  ⚑ {} {} (step {}, {state}): {}",
-            e.id, e.kind, e.step, e.summary
+            e.id,
+            e.kind,
+            e.step,
+            one_line(&e.summary)
         );
         match (&e.resolution, &e.resolved_by) {
             (Some(r), Some(by)) => {
                 let decision = match r {
                     Resolution::Approve => "approved".to_string(),
-                    Resolution::Deny { reason } => format!("denied: {reason}"),
-                    Resolution::Modify { args } => format!("approved with arguments {args}"),
-                    Resolution::Reply { text } => format!("replied: {text}"),
+                    Resolution::Deny { reason } => format!("denied: {}", one_line(reason)),
+                    Resolution::Modify { args } => {
+                        format!("approved with arguments {}", one_line(&args.to_string()))
+                    }
+                    Resolution::Reply { text } => format!("replied: {}", one_line(text)),
                 };
+                let by = one_line(by);
                 let at = e.resolved_at.map(rfc3339).unwrap_or_default();
                 let _ = writeln!(out, "      {} {decision} ({by}, {at})", s.dim("decision"));
             }
@@ -104,7 +110,7 @@ pub fn render_structured_answer(answer: &str, s: Style) -> String {
         .ok()
         .and_then(|v| serde_json::to_string_pretty(&v).ok())
         .unwrap_or_else(|| answer.to_string());
-    format!("\n{}\n  {}\n", s.bold("answer"), indent(&pretty, 2))
+    format!("\n{}\n  {}\n", s.bold("answer"), indent(&plain(&pretty), 2))
 }
 
 fn header(v: &RunView<'_>, s: Style) -> String {
@@ -152,7 +158,7 @@ fn header(v: &RunView<'_>, s: Style) -> String {
         crate::timefmt::duration(r.updated_at - r.created_at),
     );
     if let Some(e) = &r.error {
-        field("reason", indent(e, 13));
+        field("reason", indent(&plain(e), 13));
     }
     out
 }
@@ -304,16 +310,16 @@ fn labelled(label: &str, text: &str, s: Style) -> String {
         "nudge" => s.yellow(&format!("{label:<5}")),
         _ => s.bold(&format!("{label:<5}")),
     };
-    format!("  {painted} {}\n", indent(text.trim_end(), 2 + 6))
+    format!("  {painted} {}\n", indent(&plain(text.trim_end()), 2 + 6))
 }
 
 fn call_line(name: &str, args: &Value, id: &str, s: Style) -> String {
     format!(
         "  {} {}({})  {}\n",
         s.cyan("→"),
-        s.bold(name),
-        fold(&args.to_string(), 1, FOLD_BYTES),
-        s.dim(&format!("[{id}]"))
+        s.bold(&one_line(name)),
+        one_line(&fold(&args.to_string(), 1, FOLD_BYTES)),
+        s.dim(&format!("[{}]", one_line(id)))
     )
 }
 
@@ -331,7 +337,7 @@ fn call_events(events: &[&TraceEvent], call_id: &str, s: Style) -> String {
 }
 
 fn event_line(e: &TraceEvent, at: usize, s: Style) -> String {
-    let text = describe_event(e);
+    let text = plain(&describe_event(e));
     let painted = match e {
         TraceEvent::Note { kind, .. } if kind.needs_a_person() => s.yellow(&format!("⚑ {text}")),
         _ => s.dim(&format!("· {text}")),
@@ -369,7 +375,7 @@ fn result_lines(
         .and_then(|e| e.via.clone())
         .or_else(|| content.get("via").and_then(Value::as_str).map(String::from));
     if let Some(via) = &via {
-        facts.push(format!("via {via}"));
+        facts.push(format!("via {}", one_line(via)));
     }
     if content.get("stale").and_then(Value::as_bool) == Some(true) {
         facts.push("stale".into());
@@ -397,9 +403,9 @@ fn result_lines(
 
 fn error_lines(content: &Value, facts: &str, s: Style) -> String {
     let field = |k: &str| content.get(k).and_then(Value::as_str);
-    let kind = field("error").unwrap_or("error");
+    let kind = one_line(field("error").unwrap_or("error"));
     let class = field("class")
-        .map(|c| format!(" ({c})"))
+        .map(|c| format!(" ({})", one_line(c)))
         .unwrap_or_default();
     let mut out = format!("    {}{facts}\n", s.red(&format!("✗ {kind}{class}")));
     if let Some(m) = field("message") {
@@ -411,8 +417,10 @@ fn error_lines(content: &Value, facts: &str, s: Style) -> String {
     out
 }
 
+/// Untrusted text (a tool's output, an error message) as a block: every line indented
+/// below agentrun's own, no escape sequence of its own (issue 22).
 fn body(text: &str) -> String {
-    let folded = fold(text.trim_end(), FOLD_LINES, FOLD_BYTES);
+    let folded = fold(&plain(text.trim_end()), FOLD_LINES, FOLD_BYTES);
     format!("{}{}\n", " ".repeat(BODY), indent(&folded, BODY))
 }
 
