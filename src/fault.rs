@@ -42,6 +42,19 @@ pub const NOTIFY_POINTS: &[&str] = &[
     "notify_after_delivery",
 ];
 
+/// The points of the operators' commands (issue 21), outside the step's order: inside
+/// and after the transaction of `runs fork` and of `runs send`, and inside and after
+/// the holder's delivery of a sent message at a step boundary.
+/// `tests/it/fork_send_crash.rs` crashes at each.
+pub const OPERATOR_POINTS: &[&str] = &[
+    "inside_fork",
+    "after_fork",
+    "inside_send",
+    "after_send",
+    "inside_delivery",
+    "after_delivery",
+];
+
 #[cfg(debug_assertions)]
 pub fn point(name: &str) {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -214,6 +214,55 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     })
 }
 
+/// `resume --model SPEC`, `runs fork --model SPEC`: the run continues with SPEC alone.
+/// A script path resolves beside the task file first, then in the current folder, as
+/// at start; the script is read and checked whole now (a resumed run reads each turn
+/// only when it comes).
+pub fn switch_model(
+    snapshot: &mut Snapshot,
+    spec: &str,
+    task_path: &str,
+) -> Result<(), SetupError> {
+    let parsed = ModelSpec::parse(spec).map_err(|e| SetupError::Usage(format!("--model: {e}")))?;
+    if let ModelSpec::Script(path) = parsed {
+        let beside = Path::new(task_path)
+            .parent()
+            .unwrap_or(Path::new(""))
+            .join(&path);
+        let chosen = if beside.is_file() { beside } else { path };
+        let shown = chosen.display().to_string();
+        let text = std::fs::read_to_string(&chosen).map_err(|e| SetupError::Input {
+            path: shown.clone(),
+            message: format!("cannot read script for --model {spec}: {e}"),
+        })?;
+        ScriptModel::check(&shown, &text).map_err(SetupError::Usage)?;
+        snapshot.scripts.insert(spec.to_string(), text);
+    }
+    snapshot.models = vec![spec.to_string()];
+    Ok(())
+}
+
+/// Replaces a snapshot's tools: the tools.toml at `path` and the prompts beside it,
+/// read and checked as at start (`runs fork --tools`, issue 21). The model list, the
+/// task's tool subset and the call salt stay.
+pub fn retool(snapshot: &mut Snapshot, path: &Path) -> Result<(), SetupError> {
+    let (cfg, text) = config::load(path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    snapshot.prompts = Prompts::load(&dir.join("prompts"))?;
+    snapshot.tools_toml = text;
+    snapshot.tools_path = absolute(path).display().to_string();
+    snapshot.program_digests = crate::digest::program_digests(&cfg);
+    // The servers are asked for their tools now, as at start; they start again when
+    // the fork first calls one.
+    snapshot.mcp_tools = if cfg.mcp.is_empty() {
+        mcp::Discovered::new()
+    } else {
+        let (_pool, found) = mcp::discover(&cfg.mcp);
+        found.map_err(|p| mcp_problems(path, &p))?
+    };
+    Ok(())
+}
+
 /// A money budget needs a price for every model the run may use (issue 15): the
 /// shipped table's, or the run's own `price`.
 pub fn check_pricing(settings: &ModelSettings, models: &[String]) -> Result<(), SetupError> {

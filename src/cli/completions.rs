@@ -36,7 +36,7 @@ pub fn completions(args: &CompletionsArgs) -> anyhow::Result<Exit> {
     print_bytes(&script)
 }
 
-/// clap's zsh script with every run-id argument (`resume`, `runs show|export|rm|cancel`)
+/// clap's zsh script with every run-id argument (`resume`, `runs show|export|rm|cancel|fork|send`)
 /// completed by [`ZSH_RUN_IDS`] instead of `_default`: zsh's `_arguments` names the
 /// completer of each argument in its spec, so the spec is where it goes.
 fn zsh_with_run_ids(script: &str) -> String {
@@ -61,7 +61,7 @@ fn zsh_with_run_ids(script: &str) -> String {
     out
 }
 
-const ZSH_RUN_IDS: &str = r#"# Run ids for `resume`, `runs show|export|rm|cancel` (added by agentrun).
+const ZSH_RUN_IDS: &str = r#"# Run ids for `resume`, `runs show|export|rm|cancel|fork|send` (added by agentrun).
 (( $+functions[_agentrun_run_ids] )) ||
 _agentrun_run_ids() {
     local -a ids
@@ -72,7 +72,7 @@ _agentrun_run_ids() {
 "#;
 
 const BASH_RUN_IDS: &str = r#"
-# Run ids for `resume`, `runs show|export|rm|cancel` (added by agentrun).
+# Run ids for `resume`, `runs show|export|rm|cancel|fork|send` (added by agentrun).
 _agentrun_run_ids() {
     agentrun runs list --json 2>/dev/null | grep -o '"id":"[0-9a-f]*"' | cut -d'"' -f4
 }
@@ -80,7 +80,8 @@ _agentrun_with_run_ids() {
     local cur="${COMP_WORDS[COMP_CWORD]}" sub="${COMP_WORDS[1]}" subsub="${COMP_WORDS[2]}"
     if [[ "$cur" != -* ]]; then
         if { [[ "$sub" == resume ]] && (( COMP_CWORD == 2 )); } ||
-           { [[ "$sub" == runs ]] && [[ "$subsub" =~ ^(show|export|rm|cancel)$ ]] && (( COMP_CWORD >= 3 )); }; then
+           { [[ "$sub" == runs ]] && [[ "$subsub" =~ ^(show|export|rm|cancel)$ ]] && (( COMP_CWORD >= 3 )); } ||
+           { [[ "$sub" == runs ]] && [[ "$subsub" =~ ^(fork|send)$ ]] && (( COMP_CWORD == 3 )); }; then
             COMPREPLY=( $(compgen -W "$(_agentrun_run_ids)" -- "$cur") )
             return 0
         fi
@@ -91,12 +92,12 @@ complete -F _agentrun_with_run_ids -o nosort -o bashdefault -o default agentrun
 "#;
 
 const FISH_RUN_IDS: &str = r#"
-# Run ids for `resume`, `runs show|export|rm|cancel` (added by agentrun).
+# Run ids for `resume`, `runs show|export|rm|cancel|fork|send` (added by agentrun).
 function __agentrun_run_ids
     agentrun runs list --json 2>/dev/null | string match -r -a -g '"id":"([0-9a-f]+)"'
 end
 complete -c agentrun -n "__fish_seen_subcommand_from resume" -f -a "(__agentrun_run_ids)"
-complete -c agentrun -n "__fish_seen_subcommand_from runs; and __fish_seen_subcommand_from show export rm cancel" -f -a "(__agentrun_run_ids)"
+complete -c agentrun -n "__fish_seen_subcommand_from runs; and __fish_seen_subcommand_from show export rm cancel fork send" -f -a "(__agentrun_run_ids)"
 "#;
 
 /// Print a man page (roff) on stdout, or write them all into a folder.

@@ -8,6 +8,7 @@ mod escalations;
 mod init;
 mod model_args;
 mod notify;
+mod operate;
 pub mod out;
 mod output;
 pub mod progress;

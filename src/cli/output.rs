@@ -88,7 +88,23 @@ pub fn run_summary_json(r: &RunRow) -> Value {
     if let Some(p) = &r.parent {
         v["parent"] = json!({"run_id": p.run.as_str(), "call_id": p.call});
     }
+    // Where a fork's history came from, only for a fork (issue 21).
+    if let Some(f) = &r.fork {
+        v["forked_from"] = json!({"run_id": f.run.as_str(), "step": f.step});
+    }
     v
+}
+
+/// A person's message for a run (`runs send`), in `runs show --json`.
+pub fn sent_json(m: &crate::store::SentMessage) -> Value {
+    json!({
+        "id": m.id,
+        "by": m.by,
+        "text": m.text,
+        "sent_at": rfc3339(m.at),
+        "delivered_after_step": m.delivered.map(|d| d.step),
+        "seq": m.delivered.map(|d| d.seq),
+    })
 }
 
 /// `runs show --json`: the run's fields plus `messages`, `tool_calls` and `events`.

@@ -277,6 +277,9 @@ fn cost_part(s: &StepStart<'_>, sep: &str) -> String {
 fn notice_line(n: &Notice) -> String {
     match n {
         Notice::Stopped { reason } => format!("agentrun: stopped: {reason}"),
+        Notice::MessageDelivered { step, by } => {
+            format!("agentrun: after step {step}: a message from {by} was delivered")
+        }
         Notice::FinalAnswer { step, degraded } => format!(
             "agentrun: step {step}: final answer{}",
             if *degraded {

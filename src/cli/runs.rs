@@ -86,6 +86,8 @@ pub enum RunsCmd {
     ///   agentrun runs cancel 3f9a --reason "wrong customer"
     #[command(verbatim_doc_comment)]
     Cancel(super::cancel::CancelArgs),
+    Fork(super::operate::ForkArgs),
+    Send(super::operate::SendArgs),
     /// Remove runs last updated longer ago than AGE.
     ///
     /// Kept whatever their age: runs still running, and runs waiting for a person
@@ -181,6 +183,8 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
             output::print_json(&export_json(&store, &id)?)?;
             Ok(Exit::Completed)
         }
+        RunsCmd::Fork(args) => super::operate::fork(cli, args),
+        RunsCmd::Send(args) => super::operate::send(cli, args),
         RunsCmd::Rm { run_ids } => rm(cli, &open_store(&db, false)?, run_ids),
         RunsCmd::Prune {
             older_than,
@@ -370,6 +374,11 @@ fn with_escalations(
         .map(super::escalations::summary_json)
         .collect();
     v["models"] = models(store, id).into();
+    v["sent_messages"] = store
+        .sent_messages(id)?
+        .iter()
+        .map(output::sent_json)
+        .collect();
     v["stale"] = is_stale(row).into();
     let spent = Spent::of(store, id);
     v["cost_usd"] = spent.cost_usd.into();
@@ -583,7 +592,8 @@ pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<St
         stale: is_stale(&row),
         spend: &header_fields(store, id),
     };
-    Ok(transcript::render(&view, style))
+    let sent = transcript::render_sent(&store.sent_messages(id)?, style);
+    Ok(transcript::render(&view, style) + &sent)
 }
 
 /// `runs show --follow`: the run so far, then its trace and the model's words as they

@@ -71,6 +71,7 @@ pub fn write(
     {
         put(transcript::render_structured_answer(answer, style))?;
     }
+    put(transcript::render_sent(&store.sent_messages(id)?, style))?;
     out.flush()?;
     Ok(())
 }

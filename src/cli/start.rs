@@ -245,7 +245,7 @@ pub fn resume(cli: &Cli, args: &ResumeArgs) -> anyhow::Result<Exit> {
     }
     let mut snapshot = stored_snapshot(&store, &id)?;
     if let Some(spec) = &args.model {
-        switch_model(&mut snapshot, spec, &row.task_path)?;
+        setup::switch_model(&mut snapshot, spec, &row.task_path)?;
     }
     let budgets = budget_input(Default::default(), args.max_cost, args.max_duration)?;
     budgets.apply(&mut snapshot.settings);
@@ -310,32 +310,6 @@ fn budget_input(
     Ok(input)
 }
 
-/// `resume --model SPEC`: the run continues with SPEC alone. A script path resolves
-/// beside the task file first, then in the current folder, as at start.
-fn switch_model(snapshot: &mut Snapshot, spec: &str, task_path: &str) -> anyhow::Result<()> {
-    let parsed = crate::model::ModelSpec::parse(spec)
-        .map_err(|e| SetupError::Usage(format!("--model: {e}")))?;
-    if let crate::model::ModelSpec::Script(path) = parsed {
-        let beside = Path::new(task_path)
-            .parent()
-            .unwrap_or(Path::new(""))
-            .join(&path);
-        let chosen = if beside.is_file() { beside } else { path };
-        let text = std::fs::read_to_string(&chosen).map_err(|e| {
-            BadInput(format!(
-                "{}: cannot read script for --model {spec}: {e}",
-                chosen.display()
-            ))
-        })?;
-        // Checked whole now: a resumed run reads each turn only when it comes.
-        crate::model::script::ScriptModel::check(&chosen.display().to_string(), &text)
-            .map_err(BadInput)?;
-        snapshot.scripts.insert(spec.to_string(), text);
-    }
-    snapshot.models = vec![spec.to_string()];
-    Ok(())
-}
-
 fn progress_for(cli: &Cli, stream_json: bool) -> Arc<Progress> {
     Arc::new(
         Progress::new(if cli.quiet || cli.json {
@@ -394,7 +368,7 @@ fn choose_tools(
 /// The machine checks of `tools check` (interpreters, run bits, files, `${VAR}`s) for
 /// the tools this run may call: every problem on stderr, then exit 2 with nothing
 /// written.
-fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<()> {
+pub(super) fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<()> {
     // Parse errors are reported by setup with the rest; only check a file that parses.
     let Ok((cfg, text)) = crate::config::load(path) else {
         return Ok(());

@@ -273,6 +273,7 @@ fn resume_reuses_the_outcomes_journaled_mid_batch_and_reruns_the_rest() {
         ])),
         journal: vec![a, b],
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     assert_eq!(ids(&out), vec!["a", "c"]);
     ran(&mut m, "c", json!("three"));

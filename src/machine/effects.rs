@@ -11,7 +11,7 @@ use super::state::LoopState;
 use crate::model::{Message, ModelResponse, ToolSpec};
 use crate::records::{
     CallRecord, EscalationDetail, EscalationId, EscalationKind, EscalationRow, JournalEntry,
-    RunStatus,
+    RunStatus, SentMessage,
 };
 use crate::recovery::Execution;
 use crate::taxonomy::ErrorKind;
@@ -33,6 +33,9 @@ pub enum Event {
         turn: Option<ModelResponse>,
         journal: Vec<JournalEntry>,
         escalations: Vec<EscalationRow>,
+        /// People's messages not yet delivered (`runs send`, issue 21); read only for
+        /// a step that has not begun, which is where they are delivered.
+        sent: Vec<SentMessage>,
     },
     ModelReplied(ModelResponse),
     /// The model call failed after its retries and fallbacks.
@@ -60,6 +63,13 @@ pub enum Effect {
         notes: Vec<Message>,
         state: LoopState,
         stop: Option<String>,
+    },
+    /// Deliver people's messages after `step` (the last committed one), before the
+    /// next model request: each sent message's id with the transcript message it
+    /// becomes, appended and marked delivered at once (issue 21).
+    DeliverMessages {
+        step: u32,
+        messages: Vec<(i64, Message)>,
     },
     /// *Request*: read what is stored for `step` ([`Event::StepLoaded`]).
     LoadStep {
@@ -240,4 +250,6 @@ pub enum Notice {
         attempts: u32,
         problem: String,
     },
+    /// A person's message was delivered to the model after `step` (issue 21).
+    MessageDelivered { step: u32, by: String },
 }

@@ -36,6 +36,8 @@ mod parrot;
 pub mod policy;
 mod reply;
 #[cfg(test)]
+mod sent_tests;
+#[cfg(test)]
 mod spend_tests;
 pub mod state;
 pub mod stop;
@@ -251,8 +253,15 @@ impl<'a> Machine<'a> {
                 turn: Some(response),
                 journal,
                 escalations,
+                ..
             } => self.reply(response, journal, &escalations),
-            Event::StepLoaded { turn: None, .. } => vec![Effect::AskModel(self.ask())],
+            Event::StepLoaded {
+                turn: None, sent, ..
+            } => {
+                let mut out = self.deliver(&sent);
+                out.push(Effect::AskModel(self.ask()));
+                out
+            }
             Event::ModelReplied(response) if self.compacting.is_some() => {
                 let mut out = vec![Effect::RecordModelTurn {
                     step: self.state.steps + 1,
@@ -335,6 +344,32 @@ impl<'a> Machine<'a> {
         vec![Effect::LoadStep {
             step: self.state.steps + 1,
         }]
+    }
+
+    /// People's messages, delivered between the last committed step and the next
+    /// request: after that step's tool results, so every call keeps its result next
+    /// to it (issue 21). A step already begun delivers nothing (its model turn was
+    /// asked without them); they wait for the next boundary.
+    fn deliver(&mut self, sent: &[crate::records::SentMessage]) -> Vec<Effect> {
+        if sent.is_empty() {
+            return Vec::new();
+        }
+        let step = self.state.steps;
+        let messages: Vec<(i64, Message)> = sent
+            .iter()
+            .map(|s| (s.id, crate::records::sent_note(s)))
+            .collect();
+        for (_, m) in &messages {
+            self.context.push(step, m.clone());
+        }
+        let mut out = vec![Effect::DeliverMessages { step, messages }];
+        out.extend(sent.iter().map(|s| {
+            Effect::Notice(effects::Notice::MessageDelivered {
+                step,
+                by: s.by.clone(),
+            })
+        }));
+        out
     }
 
     fn ask(&self) -> effects::Ask {
@@ -477,6 +512,7 @@ impl Machine<'_> {
             turn: None,
             journal: Vec::new(),
             escalations: Vec::new(),
+            sent: Vec::new(),
         });
         match <[Effect; 1]>::try_from(out) {
             Ok([Effect::AskModel(ask)]) => ask,

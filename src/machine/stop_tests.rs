@@ -73,6 +73,7 @@ fn a_stop_at_the_step_boundary_ends_the_run_before_the_step_is_loaded() {
         turn: None,
         journal: Vec::new(),
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     assert_eq!(late, vec![]);
 }

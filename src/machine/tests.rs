@@ -331,6 +331,7 @@ fn ask_again(m: &mut Machine<'_>) {
         turn: None,
         journal: Vec::new(),
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     assert!(matches!(out.as_slice(), [Effect::AskModel(_)]), "{out:?}");
     check_pairing(m);
@@ -487,6 +488,7 @@ fn resume_replays_the_stored_turn_and_reuses_a_journaled_outcome() {
         turn: Some(reply(vec![call("c1", "lookup", json!({}))])),
         journal: vec![entry("c1", "lookup", true, Some(json!("stored")))],
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     // Neither the model nor the tool is asked again; nothing is journaled twice.
     assert_eq!(out[0], finished("lookup", 1, None));
@@ -509,6 +511,7 @@ fn resume_after_a_crash_during_a_non_idempotent_call_escalates_instead_of_rerunn
         turn: Some(reply(vec![call("c1", "refund", json!({}))])),
         journal: vec![entry("c1", "refund", true, None)],
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     assert!(
         !out.iter().any(|e| matches!(e, Effect::RunCall(_))),
@@ -544,6 +547,7 @@ fn resume_after_a_crash_during_an_idempotent_call_runs_it_again() {
         turn: Some(reply(vec![call("c1", "lookup", json!({}))])),
         journal: vec![entry("c1", "lookup", true, None)],
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     assert_eq!(out, vec![run_call(1, "c1", "lookup", 3)]);
 }
@@ -667,6 +671,7 @@ fn ask_with_state(m: &mut Machine<'_>) -> Ask {
         turn: None,
         journal: Vec::new(),
         escalations: Vec::new(),
+        sent: Vec::new(),
     });
     check_pairing(m);
     match out.as_slice() {
@@ -853,6 +858,7 @@ fn an_approval_decided_by_a_person_goes_to_the_gate_on_replay() {
         turn: Some(reply(vec![call("c1", "refund", json!({}))])),
         journal: vec![entry("c1", "refund", false, None)],
         escalations: vec![decision.clone()],
+        sent: Vec::new(),
     });
     let Some(Effect::RunCall(rc)) = out.last() else {
         panic!("{out:?}")
@@ -888,6 +894,7 @@ fn a_question_to_a_person_pauses_and_their_reply_is_the_result() {
         turn: Some(reply(vec![q])),
         journal: Vec::new(),
         escalations: vec![resolved(1, 1, facts, reply_text)],
+        sent: Vec::new(),
     });
     assert_eq!(
         commit(&out).messages[1].content[0],

@@ -9,6 +9,7 @@ mod detail;
 mod escalation;
 mod journal;
 mod run;
+mod sent;
 
 pub use detail::{
     AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, EscalationDetail,
@@ -16,4 +17,5 @@ pub use detail::{
 };
 pub use escalation::{EscalationId, EscalationRow, Resolution};
 pub use journal::{CallRecord, CallStatus, JournalEntry, StoredEvent, StoredMessage};
-pub use run::{ParentLink, RunId, RunRow, RunStatus, Spent};
+pub use run::{ForkOrigin, ParentLink, RunId, RunRow, RunStatus, Spent};
+pub use sent::{Delivery, SentMessage, note as sent_note};

@@ -110,6 +110,8 @@ pub struct RunRow {
     pub heartbeat: Option<i64>,
     /// The run and call that started this run as a sub-agent (issue 26).
     pub parent: Option<ParentLink>,
+    /// The run this one was forked from, and at which step (`runs fork`, issue 21).
+    pub fork: Option<ForkOrigin>,
 }
 
 /// A child run's parent: the run, and the model's id of the call that started it.
@@ -153,4 +155,11 @@ impl Spent {
     pub fn is_zero(&self) -> bool {
         *self == Spent::default()
     }
+}
+
+/// Where a forked run's history came from: the original run, up to the end of `step`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkOrigin {
+    pub run: RunId,
+    pub step: u32,
 }

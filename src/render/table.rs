@@ -26,14 +26,19 @@ pub struct TableOptions<'a> {
 /// The table, header first, one line per run.
 pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     let (now_ms, style) = (opts.now_ms, opts.style);
-    // A sub-agent's run says whose it is (issue 26).
+    // The task's first line; a sub-agent's run says whose it is (issue 26), a fork whose
+    // history it carries (issue 21).
     let texts: Vec<String> = runs
         .iter()
         .map(|r| {
             let task = r.task.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let task = match &r.fork {
+                Some(f) => format!("[fork of {}@{}] {}", f.run, f.step, task.trim()),
+                None => task.to_string(),
+            };
             match &r.parent {
                 Some(p) => format!("(sub-agent of {}) {task}", p.run),
-                None => task.to_string(),
+                None => task,
             }
         })
         .collect();

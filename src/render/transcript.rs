@@ -61,6 +61,30 @@ pub fn render_steps(v: &RunView<'_>, style: Style) -> String {
     out
 }
 
+/// People's messages for the run (`runs send`, issue 21): who sent what, when, and
+/// whether the model has read it yet.
+pub fn render_sent(sent: &[crate::store::SentMessage], s: Style) -> String {
+    if sent.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\n{}\n", s.bold("messages from people"));
+    for m in sent {
+        let state = match m.delivered {
+            Some(d) => format!("delivered after step {}", d.step),
+            None => "not delivered yet: the run reads it when it next begins a step".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  ✉ {} ({}, {}): {}",
+            m.by,
+            rfc3339(m.at),
+            state,
+            indent(m.text.trim_end(), 6)
+        );
+    }
+    out
+}
+
 /// The run's escalations and the decisions people made on them.
 pub fn render_escalations(escalations: &[EscalationRow], s: Style) -> String {
     if escalations.is_empty() {
@@ -129,6 +153,9 @@ fn header(v: &RunView<'_>, s: Style) -> String {
         let _ = writeln!(out, "  {}  {value}", s.dim(&format!("{name:<9}")));
     };
     field("task file", r.task_path.clone());
+    if let Some(f) = &r.fork {
+        field("forked", format!("from {} at step {}", f.run, f.step));
+    }
     if !v.models.is_empty() {
         field("model", v.models.join(", then "));
     }

@@ -15,6 +15,7 @@ pub mod children;
 mod hooks;
 pub mod lifecycle;
 pub mod observe;
+pub mod operate;
 pub mod stops;
 pub mod worker;
 
@@ -384,6 +385,10 @@ impl Drive<'_> {
             Effect::RecordEvents { step } => {
                 store.record_events(lease, step, &self.events.take())?
             }
+            Effect::DeliverMessages { step, messages } => {
+                store.deliver_messages(lease, step, &messages)?;
+                fault::point("after_delivery");
+            }
             Effect::MarkStarted { step, call_id } => store.mark_started(lease, step, &call_id)?,
             Effect::RecordOutcome { step, record } => {
                 store.record_outcome(lease, step, &record, &self.events.take())?;
@@ -425,18 +430,29 @@ impl Drive<'_> {
     fn load_step(&self, step: u32) -> Result<Event, RunError> {
         let r = self.runner;
         let turn = r.store.model_turn(r.run_id(), step)?;
-        let (journal, escalations) = match turn {
+        let (journal, escalations, sent) = match turn {
             Some(_) => {
                 let mut journal = r.store.journal_for_step(r.run_id(), step)?;
                 children::fill_spent(r, &mut journal);
-                (journal, r.store.escalations_for_run(r.run_id())?)
+                (
+                    journal,
+                    r.store.escalations_for_run(r.run_id())?,
+                    Vec::new(),
+                )
             }
-            None => (Vec::new(), Vec::new()),
+            // A step not begun is where people's messages are delivered (issue 21):
+            // whoever sent them, from whichever process, they are in the store.
+            None => (
+                Vec::new(),
+                Vec::new(),
+                r.store.undelivered_messages(r.run_id())?,
+            ),
         };
         Ok(Event::StepLoaded {
             turn,
             journal,
             escalations,
+            sent,
         })
     }
 

@@ -2,7 +2,7 @@
 //! password; `is_bad_input` sorts them into exit 2 (what the user pointed us at) and
 //! failures.
 
-use crate::records::RunId;
+use crate::records::{RunId, RunStatus};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,16 @@ pub enum StoreError {
     /// Another process took the run over; this process must stop writing.
     #[error("run {0} was taken over by another process; this process stopped writing to it")]
     LeaseLost(RunId),
+    #[error("run {run} has {last} committed steps; it cannot be forked at step {step}")]
+    ForkPastEnd { run: RunId, step: u32, last: u32 },
+    #[error(
+        "run {run} was recorded before step states were kept, so only its last step ({last}) can be forked, not step {step}"
+    )]
+    ForkStepUnknown { run: RunId, step: u32, last: u32 },
+    #[error(
+        "run {run} is {status}: it will read no more messages (fork it to continue: `agentrun runs fork {run}`)"
+    )]
+    NotListening { run: RunId, status: RunStatus },
     #[error("no escalation `{0}` (see `agentrun escalations list --all`)")]
     EscalationNotFound(String),
     #[error("escalation {0} is already resolved; a decision is recorded once")]

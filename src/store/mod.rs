@@ -9,8 +9,9 @@
 //! secrets never stored, damaged storage reported and never repaired.
 //!
 //! Module map (each folder's files import downwards only):
-//! - `error`, `durability`, `lease`, `input`: the vocabulary both backends share
-//!   (errors, how far a write survives, the lease, what callers hand in to write);
+//! - `error`, `durability`, `lease`, `input`, `fork`: the vocabulary both backends share
+//!   (errors, how far a write survives, the lease, what callers hand in to write, what
+//!   a fork copies);
 //! - `sqlite/`: the embedded backend (connection and pragmas, migrations, the shared
 //!   write helpers and row readers, then runs, queue, journal, escalations, admin);
 //! - `pg/`: the PostgreSQL backend, split the same way;
@@ -20,6 +21,7 @@ mod cancel;
 mod check;
 mod durability;
 mod error;
+mod fork;
 mod input;
 mod lease;
 mod outbox;
@@ -29,13 +31,14 @@ mod sqlite;
 pub use crate::records::{
     AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, CallRecord, CallStatus,
     EscalationDetail, EscalationId, EscalationKind, EscalationRow, Facts, Handover, JournalEntry,
-    ParentLink, QuestionFacts, Resolution, RunId, RunRow, RunStatus, Spent, StoredEvent,
-    StoredMessage, StuckFacts, ToolFailures,
+    ParentLink, QuestionFacts, Resolution, RunId, RunRow, RunStatus, SentMessage, Spent,
+    StoredEvent, StoredMessage, StuckFacts, ToolFailures,
 };
 pub use cancel::{CancelOutcome, CancelRequest, cancel_text};
 pub use check::DbCheck;
 pub use durability::{BUSY_TIMEOUT, Durability};
 pub use error::{Result, StoreError};
+pub use fork::{ForkRun, Forked, not_started_reason};
 pub use input::{NewEscalation, NewRun, StepCommit};
 pub use lease::{LEASE_TTL_MS, Lease};
 pub use outbox::{Delivery, Notice, ends_run};
@@ -279,6 +282,18 @@ delegate! {
     fn cancel_request(&self, run: &RunId) -> Result<Option<CancelRequest>>;
     /// Who asked to cancel a run, when and why, if anyone did.
     fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>>;
+    /// Creates a fork of a run: its history up to a committed step, in one
+    /// transaction (`runs fork`, issue 21; see `store/fork.rs`).
+    fn fork_run(&self, f: &ForkRun<'_>) -> Result<Forked>;
+    /// Stores a person's message for a run, to be delivered at its next step
+    /// boundary (`runs send`); refused for a finished run.
+    fn send_message(&self, run: &RunId, text: &str, by: &str) -> Result<SentMessage>;
+    /// Every message sent to a run, oldest first.
+    fn sent_messages(&self, run: &RunId) -> Result<Vec<SentMessage>>;
+    /// The messages sent to a run and not yet delivered, oldest first.
+    fn undelivered_messages(&self, run: &RunId) -> Result<Vec<SentMessage>>;
+    /// Appends sent messages to the transcript after `step` and marks them delivered.
+    fn deliver_messages(&self, lease: &Lease, step: u32, messages: &[(i64, Message)]) -> Result<()>;
     /// Replaces a held run's config snapshot and scripts (`resume --model`).
     fn replace_snapshot(
         &self,

@@ -111,6 +111,11 @@ fn every_command_with_a_closed_stdout_ends_quietly_with_its_own_exit_code() {
         (vec!["--version"], 0),
         (vec!["no-such-command"], 2),
         // Last: they change what the rows above read.
+        (vec!["runs", "fork", &done, "--no-start"], 0),
+        (vec!["runs", "fork", &done, "--at-step", "1", "--json"], 0),
+        (vec!["runs", "send", &waiting, "Ship it by Friday."], 0),
+        (vec!["runs", "send", &waiting, "Ship it.", "--json"], 0),
+        (vec!["runs", "send", &done, "Too late."], 2),
         (vec!["escalations", "resolve", &esc, "--deny", "not now"], 0),
         (vec!["runs", "rm", &spare], 0),
     ];

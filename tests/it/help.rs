@@ -115,7 +115,7 @@ fn man_pages_exist_per_command_with_exit_status_and_environment() {
     bad.expect_code(2);
     assert!(
         bad.stderr
-            .contains("the commands are: list, show, export, rm, cancel, prune"),
+            .contains("the commands are: list, show, export, rm, cancel, fork, send, prune"),
         "{bad}"
     );
 }
@@ -163,7 +163,18 @@ fn bash_completion_offers_statuses_and_run_ids() {
         complete(&p, "agentrun runs show"),
         std::slice::from_ref(&id)
     );
-    assert_eq!(complete(&p, "agentrun resume"), [id]);
+    assert_eq!(complete(&p, "agentrun resume"), std::slice::from_ref(&id));
+    // The operators' commands (issue 21): the run id first, nothing after it.
+    assert_eq!(
+        complete(&p, "agentrun runs fork"),
+        std::slice::from_ref(&id)
+    );
+    assert_eq!(
+        complete(&p, "agentrun runs send"),
+        std::slice::from_ref(&id)
+    );
+    let after_id = complete(&p, &format!("agentrun runs send {id}"));
+    assert!(!after_id.contains(&id), "{after_id:?}");
     let statuses = complete(&p, "agentrun runs list --status");
     assert!(
         statuses.contains(&"budget_exhausted".to_string()),
@@ -234,6 +245,8 @@ fn zsh_completion_offers_run_ids_and_statuses() {
         "agentrun runs show",
         "agentrun runs export",
         "agentrun runs rm",
+        "agentrun runs fork",
+        "agentrun runs send",
     ] {
         assert_eq!(complete_zsh(&p, line), id, "after `{line}`");
     }
@@ -270,7 +283,13 @@ fn fish_completion_offers_run_ids_and_statuses() {
             .map(|l| l.split('\t').next().unwrap_or(l).to_string())
             .collect()
     };
-    for line in ["agentrun resume", "agentrun runs show", "agentrun runs rm"] {
+    for line in [
+        "agentrun resume",
+        "agentrun runs show",
+        "agentrun runs rm",
+        "agentrun runs fork",
+        "agentrun runs send",
+    ] {
         assert_eq!(complete(line), std::slice::from_ref(&id), "after `{line}`");
     }
     let statuses = complete("agentrun runs list --status");

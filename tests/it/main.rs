@@ -21,6 +21,8 @@ mod docs;
 mod escalations;
 mod examples;
 mod first_hour;
+mod fork_send;
+mod fork_send_crash;
 mod golden;
 mod handover;
 mod help;

@@ -12,12 +12,14 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// `slow` (not idempotent) logs its call id to `effects.log`, writes its pid and a
-/// background child's pid to `pids`, then waits 30 s; `once` only logs.
+/// background child's pid to `pids`, then waits 30 s (its timeout is longer, so on a
+/// loaded machine only a stop ends it); `once` only logs.
 const TOOLS: &str = r#"
 [tools.slow]
 description = "slow"
 input_schema = { type = "object" }
 command = ["sh", "slow.sh"]
+timeout = "60s"
 
 [tools.once]
 description = "once"
@@ -256,6 +258,86 @@ pub fn a_cancelled_queued_run_is_never_claimed(db: &Db) {
         .run(&["runs", "list", "--status", "cancelled", "--json"])
         .json();
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+/// A cancelled run reads no more messages and is never resumed, but it can be forked
+/// (issue 21): the fork, started at once, copies step 1 (its effect not repeated) and
+/// is driven through the one lifecycle — so a cancel from a second process stops it
+/// busy in its tool within a second, as it stops any run.
+pub fn a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(db: &Db) {
+    let p = project(
+        db,
+        json!([
+            {"tool_calls": [{"name": "once", "args": {}}]},
+            {"tool_calls": [{"name": "slow", "args": {}}]},
+            {"text": "finished"}
+        ]),
+    );
+    let holder = spawn(&p, &["start", "task.md", "--json"], &[]);
+    tool_pids(&p);
+    let original = only_run_when_listed(&p);
+    cancel(&p, &original).expect_code(0);
+    finish(holder).expect_code(5);
+    let r = p.run(&["runs", "send", &original, "Try again."]);
+    r.expect_code(2);
+    assert!(
+        r.stderr
+            .contains("is cancelled: it will read no more messages"),
+        "{r}"
+    );
+    assert_eq!(p.show(&original)["sent_messages"], json!([]));
+
+    std::fs::remove_file(p.path().join("pids")).expect("rm pids");
+    let forker = spawn(&p, &["runs", "fork", &original, "--json"], &[]);
+    let pids = tool_pids(&p);
+    let list = p.run(&["runs", "list", "--json"]).json();
+    let fork = list
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(|r| r["id"].as_str())
+        .find(|id| *id != original)
+        .expect("the fork")
+        .to_string();
+    assert_eq!(
+        p.show(&fork)["forked_from"],
+        json!({"run_id": original, "step": 1})
+    );
+    cancel(&p, &fork).expect_code(0);
+    let stopped_after = p.show(&fork)["cancelled"]["stopped_after_ms"].as_i64();
+    assert!(
+        stopped_after.is_some_and(|ms| ms < 1000),
+        "the fork's holder took {stopped_after:?} ms"
+    );
+    let out = finish(forker);
+    out.expect_code(5);
+    assert_eq!(out.json()["status"], "cancelled", "{out}");
+    until("the fork's tool group to be gone", || {
+        pids.iter().all(|&pid| gone(pid))
+    });
+    assert_cancelled(&p, &fork);
+    // Step 1's call ran once (the original's); step 2's slow call once per run.
+    let calls: Vec<(String, String)> = effects(&p)
+        .iter()
+        .map(|key| {
+            let run = key.split(':').next().unwrap_or("").to_string();
+            let call = key.rsplit(':').next().unwrap_or("").to_string();
+            (run, call)
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (original.clone(), "call_0_0".to_string()),
+            (original.clone(), "call_1_0".to_string()),
+            (fork.clone(), "call_1_0".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn a_cancelled_run_refuses_messages_and_its_fork_runs_through_the_one_lifecycle() {
+    a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(&Db::Sqlite);
 }
 
 #[test]

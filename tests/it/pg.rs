@@ -87,3 +87,18 @@ fn the_durability_suite_passes_on_postgresql() {
         assert!(failed.is_empty(), "failed on PostgreSQL: {failed:?}");
     });
 }
+
+/// Fork and send (issue 21) on PostgreSQL: a fork repeats no effect, a cancelled run is
+/// forked and its fork cancelled, a message sent while a model request is in flight is
+/// delivered once, and kill -9 at each of their crash points. One after another, beside
+/// the durability suite rather than in it: its cancel timings are measured under load.
+#[test]
+fn fork_and_send_pass_on_postgresql() {
+    let Some(db) = pg_or_say() else {
+        return;
+    };
+    crate::fork_send::fork_repeats_no_effect(&db);
+    crate::operating::a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(&db);
+    crate::fork_send::message_in_flight_delivered_once(&db);
+    crate::fork_send_crash::every_operator_crash_point(&db);
+}

@@ -6,7 +6,7 @@ use super::conn::{PAGE, PgStore};
 use super::rows::{corrupt, event_row, journal_row, message_row};
 use super::write::{
     check_lease, encode_escalation, encode_events, encode_messages, insert_escalation,
-    insert_events, insert_messages, update_call,
+    insert_events, insert_messages, keep_step_state, update_call,
 };
 use crate::model::{Message, ModelResponse};
 use crate::records::{
@@ -126,6 +126,7 @@ impl PgStore {
                 "UPDATE checkpoints SET step = $2, last_seq = $3, state = $4 WHERE run_id = $1",
                 &[&lease.run.0, &step, &(last + messages.len() as i64), &state],
             )?;
+            keep_step_state(tx, &lease.run, step, last + messages.len() as i64, &state)?;
             tx.exec(
                 "UPDATE runs SET steps = $2, input_tokens = $3, output_tokens = $4, status = $5,
                     answer = $6, error = $7, updated_at = $8 WHERE id = $1",
@@ -183,6 +184,8 @@ impl PgStore {
                 "UPDATE checkpoints SET last_seq = $2, state = $3 WHERE run_id = $1",
                 &[&lease.run.0, &(last + messages.len() as i64), &state],
             )?;
+            let now_last = last + messages.len() as i64;
+            keep_step_state(tx, &lease.run, i64::from(step), now_last, &state)?;
             if let Some((status, reason)) = &status {
                 tx.exec(
                     "UPDATE runs SET status = $2, error = $3, updated_at = $4 WHERE id = $1",

@@ -147,4 +147,29 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX runs_child_key ON runs (child_key);
     CREATE INDEX runs_by_parent ON runs (parent_run);
     "#,
+    // 7: operators: forks, the loop state of every step, people's messages (as
+    // SQLite's migration 9).
+    r#"
+    ALTER TABLE runs ADD COLUMN forked_from TEXT;
+    ALTER TABLE runs ADD COLUMN forked_at BIGINT;
+    CREATE TABLE step_states (
+        run_id   TEXT NOT NULL REFERENCES runs(id),
+        step     BIGINT NOT NULL,
+        last_seq BIGINT NOT NULL,
+        state    TEXT NOT NULL,
+        PRIMARY KEY (run_id, step)
+    );
+    INSERT INTO step_states (run_id, step, last_seq, state)
+        SELECT run_id, step, last_seq, state FROM checkpoints;
+    CREATE TABLE sent_messages (
+        id             BIGSERIAL PRIMARY KEY,
+        run_id         TEXT NOT NULL REFERENCES runs(id),
+        text           TEXT NOT NULL,
+        sent_by        TEXT NOT NULL,
+        sent_at        BIGINT NOT NULL,
+        delivered_step BIGINT,
+        delivered_seq  BIGINT
+    );
+    CREATE INDEX sent_messages_by_run ON sent_messages (run_id, id);
+    "#,
 ];

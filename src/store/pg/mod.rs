@@ -51,6 +51,7 @@ mod conninfo;
 mod escalations;
 mod journal;
 mod migrations;
+mod operate;
 mod outbox;
 mod queue;
 mod rows;

@@ -2,7 +2,7 @@
 //! on many machines claim at once, each skipping rows another is claiming.
 
 use super::conn::PgStore;
-use super::write::{encode_messages, insert_messages, insert_scripts};
+use super::write::{encode_messages, insert_messages, insert_scripts, keep_step_state};
 use crate::records::RunId;
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
@@ -39,6 +39,7 @@ impl PgStore {
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES ($1, 0, $2, $3)",
                 &[&id.0, &last, &state],
             )?;
+            keep_step_state(tx, &id, 0, last, &state)?;
             Ok(())
         })
     }

@@ -37,6 +37,13 @@ pub(super) fn run_row(r: &Row) -> Result<RunRow> {
         worker: r.get(14),
         heartbeat: r.get(15),
         parent: crate::records::ParentLink::from_columns(r.get(16), r.get(17)),
+        fork: match (r.get::<_, Option<String>>(18), r.get::<_, Option<i64>>(19)) {
+            (Some(run), Some(step)) => Some(crate::records::ForkOrigin {
+                run: RunId(run),
+                step: step as u32,
+            }),
+            _ => None,
+        },
     })
 }
 pub(super) fn message_row(run: &RunId, r: &Row) -> Result<StoredMessage> {

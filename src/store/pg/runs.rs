@@ -2,7 +2,9 @@
 
 use super::conn::PgStore;
 use super::rows::run_row;
-use super::write::{check_lease, encode_messages, insert_messages, insert_scripts};
+use super::write::{
+    check_lease, encode_messages, insert_messages, insert_scripts, keep_step_state,
+};
 use crate::records::{ParentLink, RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
@@ -15,7 +17,7 @@ macro_rules! run_columns {
     () => {
         "id, task, task_path, status, max_steps, max_tokens, steps, input_tokens, \
          output_tokens, answer, error, lease_pid, created_at, updated_at, lease_worker, \
-         lease_heartbeat, parent_run, parent_call"
+         lease_heartbeat, parent_run, parent_call, forked_from, forked_at"
     };
 }
 
@@ -50,6 +52,7 @@ impl PgStore {
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES ($1, 0, $2, $3)",
                 &[&id.0, &last, &state],
             )?;
+            keep_step_state(tx, &id, 0, last, &state)?;
             Ok(())
         })?;
         Ok(Lease {
@@ -304,7 +307,7 @@ impl PgStore {
 
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call FROM runs WHERE ($1::text IS NULL OR status = $1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at FROM runs WHERE ($1::text IS NULL OR status = $1) \
      ORDER BY created_at DESC, seq DESC LIMIT $2";
 const RECENT_RUNS_PLAN: &str = "EXPLAIN SELECT id, task, task_path, status, max_steps, \
      max_tokens, steps, input_tokens, output_tokens, answer, error, lease_pid, created_at, \

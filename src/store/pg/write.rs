@@ -138,3 +138,20 @@ pub(super) fn insert_escalation(
     super::outbox::record(tx, event, run, Some(id), e.kind, &e.summary)?;
     Ok(EscalationId(id))
 }
+
+/// Keeps the loop state as of the end of `step` beside the checkpoint (as SQLite's
+/// `keep_step_state`: what `runs fork --at-step` copies, issue 21).
+pub(super) fn keep_step_state(
+    tx: &mut Tx<'_>,
+    run: &RunId,
+    step: i64,
+    last_seq: i64,
+    state: &str,
+) -> Result<()> {
+    tx.exec(
+        "INSERT INTO step_states (run_id, step, last_seq, state) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (run_id, step) DO UPDATE SET last_seq = EXCLUDED.last_seq, state = EXCLUDED.state",
+        &[&run.0, &step, &last_seq, &state],
+    )?;
+    Ok(())
+}

@@ -35,7 +35,8 @@
 use super::conn::SqliteStore;
 use super::rows::{corrupt, db, event_row, journal_row, message_row};
 use super::write::{
-    check_lease, holds_lease, insert_escalation, insert_events, insert_messages, update_call,
+    check_lease, holds_lease, insert_escalation, insert_events, insert_messages, keep_step_state,
+    update_call,
 };
 use crate::model::{Message, ModelResponse};
 use crate::records::{
@@ -176,6 +177,8 @@ impl SqliteStore {
                 last + c.messages.len() as i64,
                 c.state
             ])?;
+            let now_last = last + c.messages.len() as i64;
+            keep_step_state(tx, &lease.run, c.step, now_last, c.state)?;
             // The response is now part of the transcript; its journal copy is spent.
             tx.prepare_cached("DELETE FROM model_turns WHERE run_id = ?1 AND step = ?2")?
                 .execute(params![lease.run.0, c.step])?;
@@ -210,6 +213,7 @@ impl SqliteStore {
                 "UPDATE checkpoints SET last_seq = ?2, state = ?3 WHERE run_id = ?1",
             )?
             .execute(params![lease.run.0, last + messages.len() as i64, state])?;
+            keep_step_state(tx, &lease.run, step, last + messages.len() as i64, state)?;
             if let Some((status, reason)) = status {
                 tx.prepare_cached(
                     "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",

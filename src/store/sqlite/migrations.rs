@@ -158,6 +158,33 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX runs_child_key ON runs (child_key);
     CREATE INDEX runs_by_parent ON runs (parent_run);
     "#,
+    // 9: operators (issue 21). A fork names the run and step it was copied from; the
+    // loop state is kept for every committed step (not only the last), so a run can be
+    // forked at any of them; a person's messages wait in `sent_messages` until the run
+    // delivers them at a step boundary (`delivered_seq`: the transcript message).
+    r#"
+    ALTER TABLE runs ADD COLUMN forked_from TEXT;
+    ALTER TABLE runs ADD COLUMN forked_at INTEGER;
+    CREATE TABLE step_states (
+        run_id   TEXT NOT NULL REFERENCES runs(id),
+        step     INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,
+        state    TEXT NOT NULL,
+        PRIMARY KEY (run_id, step)
+    ) WITHOUT ROWID;
+    INSERT INTO step_states (run_id, step, last_seq, state)
+        SELECT run_id, step, last_seq, state FROM checkpoints;
+    CREATE TABLE sent_messages (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id         TEXT NOT NULL REFERENCES runs(id),
+        text           TEXT NOT NULL,
+        sent_by        TEXT NOT NULL,
+        sent_at        INTEGER NOT NULL,
+        delivered_step INTEGER,
+        delivered_seq  INTEGER
+    );
+    CREATE INDEX sent_messages_by_run ON sent_messages (run_id, id);
+    "#,
 ];
 
 #[cfg(test)]

@@ -29,19 +29,21 @@
 //! Module map (imports go downwards only): `conn` (open, pragmas, the write
 //! transaction, migrating with `migrations`), `write` (the inserts and the lease check
 //! the tables share) and `rows` (row readers), then `runs`, `queue`, `journal`,
-//! `escalations` and `admin`, each adding its methods to [`SqliteStore`].
+//! `escalations`, `admin`, `fork` and `sent`, each adding its methods to [`SqliteStore`].
 
 mod admin;
 mod cancel;
 mod check;
 mod conn;
 mod escalations;
+mod fork;
 mod journal;
 mod migrations;
 mod outbox;
 mod queue;
 mod rows;
 mod runs;
+mod sent;
 mod write;
 
 pub use check::check;

@@ -2,7 +2,7 @@
 //! time under `BEGIN IMMEDIATE`, handed back when a worker stops or a person decides.
 
 use super::conn::SqliteStore;
-use super::write::{insert_messages, insert_scripts};
+use super::write::{insert_messages, insert_scripts, keep_step_state};
 use crate::records::RunId;
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
@@ -39,6 +39,8 @@ impl SqliteStore {
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
                 params![new.id.0, new.messages.len() as i64 - 1, new.state],
             )?;
+            let last = new.messages.len() as i64 - 1;
+            keep_step_state(tx, &new.id, 0, last, new.state)?;
             Ok(())
         })
     }

@@ -3,8 +3,8 @@
 
 use crate::model::{Message, Role};
 use crate::records::{
-    CallStatus, EscalationDetail, EscalationId, EscalationKind, EscalationRow, JournalEntry,
-    ParentLink, RunId, RunRow, RunStatus, StoredEvent, StoredMessage,
+    CallStatus, EscalationDetail, EscalationId, EscalationKind, EscalationRow, ForkOrigin,
+    JournalEntry, ParentLink, RunId, RunRow, RunStatus, StoredEvent, StoredMessage,
 };
 use crate::store::error::{Result, StoreError};
 use rusqlite::Row;
@@ -12,7 +12,7 @@ use serde_json::Value;
 
 pub(super) const RUN_COLUMNS: &str = "id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call";
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at";
 pub(super) const ESCALATION_COLUMNS: &str = "id, run_id, step, kind, status, summary, detail, created_at, resolved_at, \
      resolved_by, resolution, applied";
 pub(super) fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
@@ -42,6 +42,16 @@ pub(super) fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
         worker: r.get(14)?,
         heartbeat: r.get(15)?,
         parent: ParentLink::from_columns(r.get(16)?, r.get(17)?),
+        fork: match (
+            r.get::<_, Option<String>>(18)?,
+            r.get::<_, Option<u32>>(19)?,
+        ) {
+            (Some(run), Some(step)) => Some(ForkOrigin {
+                run: RunId(run),
+                step,
+            }),
+            _ => None,
+        },
     }))
 }
 pub(super) fn escalation_row(r: &Row<'_>) -> rusqlite::Result<Result<EscalationRow>> {

@@ -3,7 +3,7 @@
 
 use super::conn::SqliteStore;
 use super::rows::{RUN_COLUMNS, run_row};
-use super::write::{check_lease, insert_messages, insert_scripts};
+use super::write::{check_lease, insert_messages, insert_scripts, keep_step_state};
 use crate::records::{ParentLink, RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
@@ -57,6 +57,8 @@ impl SqliteStore {
                 "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
                 params![new.id.0, new.messages.len() as i64 - 1, new.state],
             )?;
+            let last = new.messages.len() as i64 - 1;
+            keep_step_state(tx, &new.id, 0, last, new.state)?;
             Ok(())
         })?;
         Ok(Lease {
@@ -296,7 +298,7 @@ impl SqliteStore {
 /// A negative LIMIT is no limit in SQLite.
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
      ORDER BY created_at DESC, rowid DESC LIMIT ?2";
 fn format_time(ms: i64) -> String {
     crate::timefmt::rfc3339(ms)

@@ -139,3 +139,20 @@ pub(super) fn insert_escalation(
     )?;
     Ok(EscalationId(id))
 }
+
+/// Keeps the loop state as of the end of `step` (and the transcript's length then),
+/// beside the checkpoint, which holds only the last: what `runs fork --at-step`
+/// copies (issue 21). Rewritten when notes are added between steps.
+pub(super) fn keep_step_state(
+    tx: &Connection,
+    run: &RunId,
+    step: u32,
+    last_seq: i64,
+    state: &str,
+) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO step_states (run_id, step, last_seq, state) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![run.0, step, last_seq, state])?;
+    Ok(())
+}

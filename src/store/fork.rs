@@ -1,0 +1,106 @@
+//! `runs fork` in the store (issue 21): a new run whose history is another's up to the
+//! end of a committed step, copied in one transaction.
+//!
+//! What is copied is exactly what the loop reads on resume, as of the end of that
+//! step: the transcript (messages up to the step's last one, including notes and
+//! people's messages added after it), the loop state kept for that step
+//! (`step_states`: counters, breaker, stuck history, compaction), the journal and the
+//! trace of steps up to it, and the config snapshot (or the one given instead). The
+//! fork's checkpoint is that step, so it continues with the next one and never runs a
+//! copied step again: their effects are the original's, recorded once. Nothing after
+//! the step is copied: no stored model turn, no escalation, no pending message. The
+//! original is only read.
+
+use super::error::{Result, StoreError};
+use crate::machine::state::LoopState;
+use crate::records::{RunId, RunStatus};
+use std::collections::BTreeMap;
+
+/// What `runs fork` asks for.
+#[derive(Debug, Clone)]
+pub struct ForkRun<'a> {
+    pub source: RunId,
+    /// The new run's id.
+    pub id: RunId,
+    /// The last step copied; `None`: the source's last committed step.
+    pub at_step: Option<u32>,
+    /// A config snapshot (and its scripts) replacing the source's (`--model`,
+    /// `--tools`); `None` keeps the source's.
+    pub config: Option<(&'a str, &'a BTreeMap<String, String>)>,
+    /// New budgets for the fork; `None` keeps the source's.
+    pub max_steps: Option<u32>,
+    pub max_tokens: Option<u64>,
+}
+
+/// A fork as created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Forked {
+    pub id: RunId,
+    /// The last step copied from the source.
+    pub at_step: u32,
+}
+
+/// What a fork says until it is first driven: it is `interrupted` (resumable, held by
+/// nobody) with this reason; `runs fork` resumes it at once unless `--no-start`.
+pub fn not_started_reason(source: &RunId, step: u32) -> String {
+    format!("forked from {source} at step {step}; not started yet (resume it to start)")
+}
+
+/// The fork's point, checked: the step asked for (or the last), its transcript
+/// length and loop state.
+pub(crate) struct ForkPoint {
+    pub step: u32,
+    pub last_seq: i64,
+    pub state: String,
+    pub tokens: (u64, u64),
+}
+
+impl ForkPoint {
+    /// Checks `at_step` against the source's last committed step and the step states
+    /// kept for it.
+    pub(crate) fn check(
+        source: &RunId,
+        at_step: Option<u32>,
+        last: u32,
+        kept: impl FnOnce(u32) -> Result<Option<(i64, String)>>,
+    ) -> Result<ForkPoint> {
+        let step = at_step.unwrap_or(last);
+        if step > last {
+            return Err(StoreError::ForkPastEnd {
+                run: source.clone(),
+                step,
+                last,
+            });
+        }
+        let (last_seq, state) = kept(step)?.ok_or_else(|| StoreError::ForkStepUnknown {
+            run: source.clone(),
+            step,
+            last,
+        })?;
+        let parsed: LoopState = serde_json::from_str(&state).map_err(|e| StoreError::Corrupt {
+            run: source.to_string(),
+            message: format!("loop state of step {step}: {e}"),
+        })?;
+        Ok(ForkPoint {
+            step,
+            last_seq,
+            state,
+            tokens: (parsed.input_tokens, parsed.output_tokens),
+        })
+    }
+}
+
+/// Refuses a message for a run that will never read it.
+pub(crate) fn check_accepts(run: &RunId, status: &str) -> Result<()> {
+    match RunStatus::parse(status) {
+        Some(s) if s.accepts_messages() => Ok(()),
+        Some(s) => Err(StoreError::NotListening {
+            run: run.clone(),
+            status: s,
+        }),
+        None => Err(StoreError::Corrupt {
+            run: run.0.clone(),
+            message: format!("unknown status `{status}`"),
+        }),
+    }
+}
