@@ -40,6 +40,9 @@ pub struct RawHook {
     pub tools: Option<Vec<String>>,
     pub timeout: Option<String>,
     pub on_error: Option<String>,
+    /// The hook only decides (reads its input, writes nothing): run it again when its
+    /// decision was lost in a crash.
+    pub idempotent: Option<bool>,
     pub env: Option<Vec<String>>,
     pub set: Option<BTreeMap<String, String>>,
     pub inherit: Option<String>,
@@ -91,6 +94,9 @@ pub struct Hook {
     pub tools: Vec<String>,
     pub timeout: Duration,
     pub on_error: OnHookError,
+    /// Run again when agentrun died before its decision was journaled; otherwise
+    /// such a lost decision counts as a failure (`on_error` decides).
+    pub idempotent: bool,
 }
 
 impl Hook {
@@ -225,6 +231,7 @@ fn resolve_one(
         tools: raw.tools.unwrap_or_default(),
         timeout,
         on_error,
+        idempotent: raw.idempotent.unwrap_or(false),
     }
 }
 

@@ -183,6 +183,7 @@ fn a_call_needing_approval_runs_alone_after_the_calls_before_it() {
         execution: Execution::Paused {
             tool: "delete".into(),
             args: json!({"id": 7}),
+            asked_by: None,
         },
     });
     assert!(ids(&out).is_empty(), "{out:?}");

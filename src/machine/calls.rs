@@ -270,7 +270,11 @@ impl Machine<'_> {
                 self.unknown_now(&call, o, modified, out)
             }
             Execution::Done(o) => Next::Ended(record_of(&call, o, modified)),
-            Execution::Paused { tool, args } => self.pause_for_approval(&call, &tool, &args, out),
+            Execution::Paused {
+                tool,
+                args,
+                asked_by,
+            } => self.pause_for_approval(&call, &tool, &args, asked_by.as_deref(), out),
             Execution::ChildWaiting { reason } => self.wait_for_child(reason, out),
         }
     }
@@ -296,9 +300,10 @@ impl Machine<'_> {
         call: &ToolCall,
         tool: &str,
         args: &Value,
+        asked_by: Option<&str>,
         out: &mut Vec<Effect>,
     ) -> Next {
-        let problem = if tool != call.name {
+        let mut problem = if tool != call.name {
             format!(
                 "{} failed, and its fallback {tool} needs a person's approval before it runs with {args}",
                 call.name
@@ -306,6 +311,10 @@ impl Machine<'_> {
         } else {
             format!("{tool} needs a person's approval before it runs with {args}")
         };
+        // A hook that asked says why (issue 26): the person reads its reason.
+        if let Some(why) = asked_by {
+            problem.push_str(&format!("; {why}"));
+        }
         let facts = Facts::ApprovalRequired(ApprovalFacts {
             call_id: call.id.as_str().into(),
             tool: tool.to_string(),

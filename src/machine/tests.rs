@@ -385,6 +385,7 @@ fn a_call_waiting_for_approval_escalates_and_pauses() {
         execution: Execution::Paused {
             tool: "lookup".into(),
             args: json!({"id": 1}),
+            asked_by: None,
         },
     });
     let [

@@ -51,6 +51,9 @@ pub enum Execution {
     Paused {
         tool: String,
         args: Value,
+        /// Who asked for the approval and why, when a `before_tool` hook did (issue
+        /// 26): the escalation's summary says so.
+        asked_by: Option<String>,
     },
     /// A sub-agent's child run waits for a person (issue 26): the run pauses too, and
     /// runs the call again — resuming that child — when it is resumed.
@@ -127,7 +130,13 @@ pub async fn drive(mut chain: Chain<'_>, ctx: &CallContext<'_>) -> Execution {
                 ChainEvent::Slept
             }
             ChainEffect::Done(outcome) => return Execution::Done(outcome),
-            ChainEffect::Paused { tool, args } => return Execution::Paused { tool, args },
+            ChainEffect::Paused { tool, args } => {
+                return Execution::Paused {
+                    tool,
+                    args,
+                    asked_by: None,
+                };
+            }
         };
         pending.extend(chain.handle(event));
     }

@@ -70,7 +70,7 @@ impl Drive<'_> {
                         call.tool, at.hook
                     )));
                 }
-                Verdict::Ask { .. } => {
+                Verdict::Ask { reason } => {
                     match crate::machine::guards::approval_gate(
                         call.decision.as_ref(),
                         &call.tool,
@@ -79,9 +79,14 @@ impl Drive<'_> {
                         Gate::Run => {}
                         Gate::Block(err) => return Err(Execution::Done(failed(&err, 0, prompts))),
                         Gate::Pause => {
+                            let why = match reason.as_deref().map(str::trim) {
+                                Some(r) if !r.is_empty() => format!("hook {} asks: {r}", at.hook),
+                                _ => format!("hook {} asks for a person's approval", at.hook),
+                            };
                             return Err(Execution::Paused {
                                 tool: call.tool.clone(),
                                 args,
+                                asked_by: Some(why),
                             });
                         }
                     }
@@ -218,6 +223,8 @@ impl Drive<'_> {
         let key = (at.hook.clone(), at.call_id.map(str::to_string));
         match stored.get(&key) {
             Some(Journaled::Decided(v)) => return Ok(v.clone()),
+            // A hook that only decides runs again: its decision is asked anew.
+            Some(Journaled::Started) if hook.idempotent => {}
             Some(Journaled::Started) => {
                 return Ok(Verdict::Failed {
                     message: format!(

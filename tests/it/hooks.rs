@@ -131,6 +131,13 @@ fn ask_waits_for_a_person_and_the_call_runs_once_after_approval() {
     assert_eq!(v["status"], "awaiting_approval");
     let esc = v["escalation_id"].as_str().expect("escalation").to_string();
     let id = v["run_id"].as_str().unwrap().to_string();
+    // The person reads why the hook asked, in the summary and the handover.
+    let shown = p.run(&["escalations", "show", &esc, "--json"]).expect_code(0).json();
+    let summary = shown["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains("hook before_tool[0] asks: large refund"),
+        "{summary}"
+    );
     p.run(&["escalations", "resolve", &esc, "--approve"])
         .expect_code(0);
     let done = p.run(&["resume", &id, "--json"]);
@@ -143,6 +150,12 @@ fn a_denied_ask_is_approval_denied_and_nothing_runs() {
     let p = project(r#"echo '{"permissionDecision": "ask"}'"#, "");
     let v = p.run(&["start", "task.md", "--json"]).expect_code(3).json();
     let esc = v["escalation_id"].as_str().unwrap().to_string();
+    let shown = p.run(&["escalations", "show", &esc, "--json"]).expect_code(0).json();
+    let summary = shown["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains("hook before_tool[0] asks for a person's approval"),
+        "{summary}"
+    );
     p.run(&["escalations", "resolve", &esc, "--deny", "not today"])
         .expect_code(0);
     let id = v["run_id"].as_str().unwrap().to_string();
@@ -233,6 +246,26 @@ fn a_hooks_decision_survives_a_crash_at_every_point_without_running_twice() {
         assert_eq!(
             (runs_of(&p, "hook.log"), runs_of(&p, "calls.log")),
             (hook_runs, tool_runs),
+            "{point}: (hook runs, tool runs)"
+        );
+    }
+}
+
+/// An `idempotent = true` hook (one that only decides) whose decision was lost — at
+/// `after_hook_started` (spawned, not yet run) and `after_hook_ran` (ran, decision not
+/// written) — is asked again on resume instead of counting as failed: the call runs.
+#[test]
+fn an_idempotent_hooks_lost_decision_is_asked_again() {
+    for (point, hook_runs) in [("after_hook_started", 1), ("after_hook_ran", 2)] {
+        let p = project("exit 0", ", idempotent = true");
+        let crashed = p.run_env(&["start", "task.md"], &[("AGENTRUN_CRASH_AT", point)]);
+        assert_ne!(crashed.code, 0, "{point}: not reached\n{crashed}");
+        let id = p.only_run();
+        let done = p.run(&["resume", &id, "--json"]);
+        assert_eq!(done.expect_code(0).json()["status"], "completed", "{point}");
+        assert_eq!(
+            (runs_of(&p, "hook.log"), runs_of(&p, "calls.log")),
+            (hook_runs, 1),
             "{point}: (hook runs, tool runs)"
         );
     }

@@ -97,7 +97,7 @@ async fn approval_is_enforced_on_a_fallback_hop() {
     let paused = h
         .execute_gated(&cfg, "search_kb", json!({"q": "refund"}), &gate)
         .await;
-    let Execution::Paused { tool, args } = paused else {
+    let Execution::Paused { tool, args, .. } = paused else {
         panic!("did not pause")
     };
     assert_eq!(

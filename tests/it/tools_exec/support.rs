@@ -179,7 +179,7 @@ impl Harness {
     pub async fn execute(&self, cfg: &ToolsConfig, tool: &str, args: Value) -> CallOutcome {
         match self.execute_gated(cfg, tool, args, &|_, _| Gate::Run).await {
             Execution::Done(outcome) => outcome,
-            Execution::Paused { tool, args } => panic!("paused before {tool} {args}"),
+            Execution::Paused { tool, args, .. } => panic!("paused before {tool} {args}"),
             Execution::ChildWaiting { reason } => panic!("waiting for a child: {reason}"),
         }
     }
