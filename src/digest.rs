@@ -37,7 +37,7 @@ pub fn changed(recorded: &BTreeMap<String, (String, String)>) -> Vec<String> {
         .iter()
         .filter(|(_, (file, d))| file_digest(Path::new(file)).as_ref() != Some(d))
         .map(|(tool, (file, _))| {
-            format!("agentrun: tool `{tool}`: its program {file} changed since the run started")
+            format!("agentrun: tool `{tool}`: {file} changed since the run started")
         })
         .collect()
 }

@@ -103,6 +103,16 @@ pub fn run(cli: &Cli, cmd: &EscalationsCmd) -> anyhow::Result<Exit> {
                 output::print_json(&Value::Array(list))?;
                 return Ok(Exit::Completed);
             }
+            // The table names a sub-agent's parent in the summary.
+            let rows: Vec<EscalationRow> = rows
+                .into_iter()
+                .map(|mut e| {
+                    if let Ok(Some(parent)) = store.run(&e.run_id).map(|r| r.parent) {
+                        e.summary = format!("(sub-agent of {}) {}", parent.run, e.summary);
+                    }
+                    e
+                })
+                .collect();
             print_list(cli, &rows, *all, &db)
         }
         EscalationsCmd::Show { id } => show(cli, &store, *id),
@@ -260,10 +270,11 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     let e = decide::decide(store, EscalationId(args.id), &resolution, &by, None)?;
     // A queue run goes back to the queue once nothing else is pending (issue 17); a
     // worker continues it. (`--resume` continues it here instead: it takes the lease.)
-    if !args.resume && store.requeue(&e.run_id)? && !cli.quiet && !cli.json {
+    // A sub-agent's run is continued through the run at the top (issue 26).
+    let top = crate::runner::children::top_of(store, &e.run_id);
+    if !args.resume && store.requeue(&top)? && !cli.quiet && !cli.json {
         crate::errln!(
-            "agentrun: run {} is queued again; a worker (`agentrun worker`) continues it",
-            e.run_id
+            "agentrun: run {top} is queued again; a worker (`agentrun worker`) continues it"
         );
     }
     if args.resume {
@@ -278,7 +289,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         // A sub-agent's run is continued by resuming the run at the top, which resumes
         // its child where the call waits (issue 26).
         let resume = super::start::ResumeArgs {
-            run_id: crate::runner::children::top_of(store, &e.run_id).to_string(),
+            run_id: top.to_string(),
             max_steps: None,
             max_tokens: None,
             max_cost: None,
@@ -296,8 +307,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         crate::outln!("escalation {} resolved: {}", e.id, describe(&resolution))?;
         if e.kind.pauses() {
             crate::outln!(
-                "continue the run with: agentrun resume {} (or resolve with --resume next time)",
-                crate::runner::children::top_of(store, &e.run_id)
+                "continue the run with: agentrun resume {top} (or resolve with --resume next time)"
             )?;
         }
     }

@@ -132,7 +132,10 @@ fn ask_waits_for_a_person_and_the_call_runs_once_after_approval() {
     let esc = v["escalation_id"].as_str().expect("escalation").to_string();
     let id = v["run_id"].as_str().unwrap().to_string();
     // The person reads why the hook asked, in the summary and the handover.
-    let shown = p.run(&["escalations", "show", &esc, "--json"]).expect_code(0).json();
+    let shown = p
+        .run(&["escalations", "show", &esc, "--json"])
+        .expect_code(0)
+        .json();
     let summary = shown["summary"].as_str().unwrap_or_default();
     assert!(
         summary.contains("hook before_tool[0] asks: large refund"),
@@ -150,7 +153,10 @@ fn a_denied_ask_is_approval_denied_and_nothing_runs() {
     let p = project(r#"echo '{"permissionDecision": "ask"}'"#, "");
     let v = p.run(&["start", "task.md", "--json"]).expect_code(3).json();
     let esc = v["escalation_id"].as_str().unwrap().to_string();
-    let shown = p.run(&["escalations", "show", &esc, "--json"]).expect_code(0).json();
+    let shown = p
+        .run(&["escalations", "show", &esc, "--json"])
+        .expect_code(0)
+        .json();
     let summary = shown["summary"].as_str().unwrap_or_default();
     assert!(
         summary.contains("hook before_tool[0] asks for a person's approval"),

@@ -4,7 +4,7 @@
 //! budgets, cancelled with it, resumed with it, depth-limited; its answer is the
 //! call's result and its failure a classified tool error.
 
-use crate::common::{Project, tool_result};
+use crate::common::{Db, Project, test_pg, tool_result};
 use serde_json::{Value, json};
 
 /// A `lookup` tool that logs each run (`lookups.log`), and a `research` agent.
@@ -23,7 +23,18 @@ description = "Research one question and answer it"
 /// A project whose parent calls `research` with each of `questions` in one turn, then
 /// answers "done"; the agent looks one fact up and answers with `agent_answer`.
 fn project(front: &str, agent_front: &str, questions: &[&str], agent_turns: Value) -> Project {
-    let p = Project::new();
+    project_on(&Db::Sqlite, front, agent_front, questions, agent_turns)
+}
+
+/// [`project`] on a chosen backend.
+fn project_on(
+    db: &Db,
+    front: &str,
+    agent_front: &str,
+    questions: &[&str],
+    agent_turns: Value,
+) -> Project {
+    let p = Project::on(db);
     p.fast_tools(TOOLS);
     let calls: Vec<Value> = questions
         .iter()
@@ -42,6 +53,13 @@ fn project(front: &str, agent_front: &str, questions: &[&str], agent_turns: Valu
         &json!({ "turns": agent_turns }).to_string(),
     );
     p
+}
+
+/// SQLite, and PostgreSQL when `AGENTRUN_TEST_PG` names a server.
+fn backends() -> Vec<Db> {
+    let mut dbs = vec![Db::Sqlite];
+    dbs.extend(test_pg().map(Db::Pg));
+    dbs
 }
 
 fn simple_agent() -> Value {
@@ -76,7 +94,13 @@ fn children_of(p: &Project, parent: &str) -> Vec<Value> {
 
 #[test]
 fn a_sub_agent_is_a_child_run_whose_answer_is_the_calls_result() {
-    let p = project("", "", &["what is the answer?"], simple_agent());
+    for db in backends() {
+        a_sub_agent_is_a_child_run_on(&db);
+    }
+}
+
+fn a_sub_agent_is_a_child_run_on(db: &Db) {
+    let p = project_on(db, "", "", &["what is the answer?"], simple_agent());
     let (run, show) = p.start(&[]);
     run.expect_code(0);
     let parent = run.json()["run_id"].as_str().unwrap().to_string();
@@ -122,7 +146,13 @@ fn blocking_lookup(p: &Project, want: usize) {
 
 #[test]
 fn a_parent_killed_while_two_children_run_resumes_to_the_same_two_children() {
-    let p = project("", "", &["first?", "second?"], simple_agent());
+    for db in backends() {
+        killed_while_two_children_run_on(&db);
+    }
+}
+
+fn killed_while_two_children_run_on(db: &Db) {
+    let p = project_on(db, "", "", &["first?", "second?"], simple_agent());
     blocking_lookup(&p, 2);
     p.write("die", "");
     let killed = p.run(&["start", "task.md", "--json"]);
@@ -343,7 +373,13 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
 
 #[test]
 fn cancelling_the_parent_cancels_its_running_child_and_kills_its_tool() {
-    let p = project("", "", &["slow question"], simple_agent());
+    for db in backends() {
+        cancel_on(&db);
+    }
+}
+
+fn cancel_on(db: &Db) {
+    let p = project_on(db, "", "", &["slow question"], simple_agent());
     // The lookup runs until `go` exists (never, here), then logs that it finished.
     p.script(
         "lookup.sh",
@@ -436,6 +472,29 @@ fn a_child_waiting_for_a_person_pauses_its_parent_and_the_queue_names_the_parent
         (&json!(child), &json!(parent))
     );
     let esc = queue[0]["id"].as_str().unwrap().to_string();
+    let table = p.run_env(&["escalations", "list"], &[("COLUMNS", "200")]);
+    table.expect_code(0);
+    assert!(
+        table.stdout.contains(&format!(
+            "(sub-agent of {parent}) the agent asks: Which order number?"
+        )),
+        "{table}"
+    );
+    // The agent's task file is in the parent's snapshot digests: an edit is told.
+    p.write(
+        "agents/research.md",
+        "+++\nmodel = \"script:research.json\"\ntools = [\"lookup\"]\n+++\nYou research one question, briefly.\n",
+    );
+    let waiting = p.run(&["resume", &parent]);
+    waiting.expect_code(3);
+    assert!(
+        waiting.stderr.contains("tool `research`:")
+            && waiting
+                .stderr
+                .contains("agents/research.md changed since the run started"),
+        "{waiting}"
+    );
+    assert_eq!(children_of(&p, &parent).len(), 1, "still the one child");
     // Resolving with --resume continues the parent, which resumes the child.
     let done = p.run(&[
         "escalations",
