@@ -592,7 +592,7 @@ pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<St
         stale: is_stale(&row),
         spend: &header_fields(store, id),
     };
-    let sent = transcript::render_sent(&store.sent_messages(id)?, style);
+    let sent = transcript::render_sent(&store.sent_messages(id)?, row.status, style);
     Ok(transcript::render(&view, style) + &sent)
 }
 

@@ -71,7 +71,11 @@ pub fn write(
     {
         put(transcript::render_structured_answer(answer, style))?;
     }
-    put(transcript::render_sent(&store.sent_messages(id)?, style))?;
+    put(transcript::render_sent(
+        &store.sent_messages(id)?,
+        head.row.status,
+        style,
+    ))?;
     out.flush()?;
     Ok(())
 }

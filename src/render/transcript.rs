@@ -62,8 +62,12 @@ pub fn render_steps(v: &RunView<'_>, style: Style) -> String {
 }
 
 /// People's messages for the run (`runs send`, issue 21): who sent what, when, and
-/// whether the model has read it yet.
-pub fn render_sent(sent: &[crate::store::SentMessage], s: Style) -> String {
+/// whether the model has read it (or, the run having ended first, never will).
+pub fn render_sent(
+    sent: &[crate::store::SentMessage],
+    status: crate::store::RunStatus,
+    s: Style,
+) -> String {
     if sent.is_empty() {
         return String::new();
     }
@@ -71,6 +75,9 @@ pub fn render_sent(sent: &[crate::store::SentMessage], s: Style) -> String {
     for m in sent {
         let state = match m.delivered {
             Some(d) => format!("delivered after step {}", d.step),
+            None if !status.accepts_messages() => {
+                format!("never delivered: the run was {status} before its next step")
+            }
             None => "not delivered yet: the run reads it when it next begins a step".into(),
         };
         let _ = writeln!(
@@ -602,5 +609,40 @@ pub fn millis(ms: u64) -> String {
         format!("{ms} ms")
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod sent_tests {
+    use super::*;
+    use crate::records::{Delivery, RunId, RunStatus, SentMessage};
+
+    fn sent(delivered: Option<Delivery>) -> SentMessage {
+        SentMessage {
+            id: 1,
+            run: RunId("r1".into()),
+            text: "Use the EU list.".into(),
+            by: "ana".into(),
+            at: 0,
+            delivered,
+        }
+    }
+
+    #[test]
+    fn a_message_pending_when_the_run_ended_says_it_was_never_delivered() {
+        let pending = [sent(None)];
+        let text = |status| render_sent(&pending, status, Style::PLAIN);
+        assert!(text(RunStatus::Running).contains("not delivered yet"));
+        assert!(text(RunStatus::Escalated).contains("not delivered yet"));
+        for ended in [RunStatus::Completed, RunStatus::Cancelled] {
+            let t = text(ended);
+            assert!(
+                t.contains(&format!("never delivered: the run was {ended}")),
+                "{t}"
+            );
+        }
+        let done = [sent(Some(Delivery { step: 2, seq: 9 }))];
+        let t = render_sent(&done, RunStatus::Completed, Style::PLAIN);
+        assert!(t.contains("delivered after step 2"), "{t}");
     }
 }

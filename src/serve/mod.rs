@@ -7,7 +7,8 @@
 //!
 //! Routes: `/` the queue (open escalations first), `/escalations/{id}` one handover
 //! with the decision form, `/runs` the runs list, `/runs/{id}` one run (live while it
-//! goes), `/runs/{id}/events` its server-sent events, `/login`, `/assets/*`.
+//! goes), `/runs/{id}/events` its server-sent events, `/runs/{id}/cancel|send|fork`
+//! the operator's controls ([`operate`]), `/login`, `/assets/*`.
 //! Decisions go through [`crate::decide`], exactly as `agentrun escalations resolve`:
 //! the same checks, the same binding to the call's digest, the same records.
 //!
@@ -20,6 +21,7 @@ mod drive;
 mod escalation;
 pub mod html;
 mod live;
+mod operate;
 mod runs;
 
 use crate::store::Store;
@@ -102,6 +104,9 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         .route("/runs/{id}", get(runs::page))
         .route("/runs/{id}/events", get(live::events))
         .route("/runs/{id}/resume", post(runs::resume))
+        .route("/runs/{id}/cancel", post(operate::cancel))
+        .route("/runs/{id}/send", post(operate::send))
+        .route("/runs/{id}/fork", post(operate::fork))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         .layer(axum::middleware::map_response(secure))

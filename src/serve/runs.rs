@@ -137,6 +137,7 @@ pub async fn page(State(app): State<Arc<App>>, r: Reviewer, Path(id): Path<Strin
         }
     }
     b.push_str(&resume_form(&app, &id, &r.0.csrf));
+    b.push_str(&super::operate::forms(&row, &r.0.csrf));
     // The script follows `data-live` with server-sent events while the run goes.
     let live = if is_live(row.status) {
         format!(" data-live=\"/runs/{}/events\"", esc(id.as_str()))

@@ -221,6 +221,16 @@ fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_fini
             .json();
         assert_eq!(e["resolved_by"], "Ana Reviewer");
 
+        // Fork the finished run from its page: a new run, followed live to its end.
+        b.c()
+            .goto(&format!("{}/runs/{id}", console.base))
+            .await
+            .expect("goto");
+        b.fill("form.fork input[name=at_step]", "1").await;
+        b.click("form.fork button").await;
+        b.wait_body(&format!("from {id} at step 1")).await;
+        b.wait_text("#status", "completed").await;
+
         // Deny on another run: the reason reaches the model.
         let (p2, id2) = paused_for_approval();
         let console2 = Console::start(&p2);

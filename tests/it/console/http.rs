@@ -400,3 +400,189 @@ fn markup_from_a_tool_and_from_ask_user_is_shown_as_text() {
     assert!(e.body.contains(&esc(XSS_QUESTION)), "{}", e.body);
     let _ = XSS_TOOL;
 }
+
+/// A run busy in a 30 s tool (timeout longer), held by a `start` in the background.
+fn busy_run() -> (crate::common::Project, String, std::process::Child) {
+    let p = crate::common::Project::new();
+    p.script(
+        "slow.sh",
+        "#!/bin/sh\ncat > /dev/null\necho \"$AGENTRUN_CALL_ID\" >> effects.log\nsleep 30\necho '\"slept\"'\n",
+    );
+    p.write(
+        "tools.toml",
+        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"slow.sh\"]\ntimeout = \"60s\"\n",
+    );
+    p.model_script(serde_json::json!([
+        {"tool_calls": [{"name": "slow", "args": {}}]},
+        {"text": "finished"}
+    ]));
+    p.task("max_steps = 10", "Wait.");
+    let child = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn agentrun");
+    let log = p.path().join("effects.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !log.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let id = p.only_run();
+    (p, id, child)
+}
+
+/// Issue 24's operator controls: Cancel on a running run's page stops it (the holder,
+/// another process, exits 5) and records the reviewer as `by`; a finished run's page
+/// offers Fork but neither Cancel nor Send.
+#[test]
+fn cancel_from_the_console_stops_a_running_run_and_names_the_reviewer() {
+    let (p, id, holder) = busy_run();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get(&format!("/runs/{id}"));
+    assert!(
+        page.body.contains(&format!("action=\"/runs/{id}/cancel\""))
+            && page.body.contains(&format!("action=\"/runs/{id}/send\"")),
+        "{}",
+        page.body
+    );
+    let csrf = field(&page.body, "csrf");
+    let done = web.post(
+        &format!("/runs/{id}/cancel"),
+        &[
+            ("csrf", &csrf),
+            ("by", "Ana Reviewer"),
+            ("reason", "wrong customer"),
+        ],
+    );
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    assert_eq!(
+        done.location.as_deref(),
+        Some(format!("/runs/{id}").as_str())
+    );
+    let out = crate::common::Run::from_output(holder.wait_with_output().expect("wait"));
+    out.expect_code(5);
+    let show = p.show(&id);
+    assert_eq!(show["status"], "cancelled");
+    assert_eq!(show["cancelled"]["by"], "Ana Reviewer");
+    assert_eq!(show["cancelled"]["reason"], "wrong customer");
+    let after = web.get(&format!("/runs/{id}"));
+    // Cancelled, and stopped inside its first step: nothing to cancel, send or fork.
+    assert_eq!(show["steps"], 0);
+    for action in ["cancel", "send", "fork"] {
+        assert!(
+            !after.body.contains(&format!("/{action}\"")),
+            "{action}: {}",
+            after.body
+        );
+    }
+}
+
+/// Send on a waiting run's page stores the message; approving and resuming delivers it
+/// once, after step 1's tool result. Fork on the completed run's page creates a run
+/// with `forked_from`, driven by the console to its end.
+#[test]
+fn send_from_the_console_is_delivered_once_and_fork_creates_a_run_forked_from_it() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    let page = web.get(&format!("/runs/{id}"));
+    let csrf = field(&page.body, "csrf");
+    let text = "Mention the refund number 4711.";
+    let nameless = web.post(
+        &format!("/runs/{id}/send"),
+        &[("csrf", &csrf), ("by", " "), ("text", text)],
+    );
+    assert_eq!(nameless.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let sent = web.post(
+        &format!("/runs/{id}/send"),
+        &[("csrf", &csrf), ("by", "Ana Reviewer"), ("text", text)],
+    );
+    assert_eq!(sent.status, StatusCode::SEE_OTHER, "{}", sent.body);
+    assert_eq!(
+        p.show(&id)["sent_messages"].as_array().map(Vec::len),
+        Some(1)
+    );
+    let esc = web.get("/escalations/1");
+    let digest = field(&esc.body, "digest");
+    web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("by", "Ana Reviewer"),
+            ("action", "approve_resume"),
+        ],
+    );
+    let show = wait_status(&p, &id, "completed");
+    crate::fork_send::check_delivered_once(&show, "Ana Reviewer", text, 1);
+
+    let done = web.get(&format!("/runs/{id}"));
+    assert!(
+        !done.body.contains("/cancel\"") && !done.body.contains("/send\""),
+        "a completed run offers neither Cancel nor Send"
+    );
+    let forked = web.post(
+        &format!("/runs/{id}/fork"),
+        &[("csrf", &csrf), ("at_step", "1"), ("model", "")],
+    );
+    assert_eq!(forked.status, StatusCode::SEE_OTHER, "{}", forked.body);
+    let location = forked.location.expect("the fork's page");
+    let fork = location.trim_start_matches("/runs/").to_string();
+    assert_ne!(fork, id);
+    let show = wait_status(&p, &fork, "completed");
+    assert_eq!(
+        show["forked_from"],
+        serde_json::json!({"run_id": id, "step": 1})
+    );
+    assert_eq!(show["answer"], "The email was sent.");
+    let past = web.post(
+        &format!("/runs/{id}/fork"),
+        &[("csrf", &csrf), ("at_step", "9")],
+    );
+    assert_eq!(past.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        past.body.contains("cannot be forked at step 9"),
+        "{}",
+        past.body
+    );
+}
+
+/// Cancel, Send and Fork without the session's CSRF token: 403, nothing done.
+#[test]
+fn operator_forms_without_the_csrf_token_are_403_and_change_nothing() {
+    let (p, id) = paused_for_approval();
+    let c = Console::start(&p);
+    let mut web = Client::new(&c);
+    web.login();
+    for (action, form) in [
+        ("cancel", vec![("by", "eve")]),
+        ("send", vec![("by", "eve"), ("text", "do it")]),
+        ("fork", vec![("at_step", "0")]),
+    ] {
+        let mut wrong = form.clone();
+        wrong.push(("csrf", "0000"));
+        for f in [form, wrong] {
+            let page = web.post(&format!("/runs/{id}/{action}"), &f);
+            assert_eq!(
+                page.status,
+                StatusCode::FORBIDDEN,
+                "{action}: {}",
+                page.body
+            );
+        }
+    }
+    let show = p.show(&id);
+    assert_eq!(show["status"], "awaiting_approval");
+    assert_eq!(show["sent_messages"], serde_json::json!([]));
+    let runs = p.run(&["runs", "list", "--json"]).expect_code(0).json();
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "no fork");
+}
