@@ -16,7 +16,8 @@ pub enum RunsCmd {
     /// List runs, newest first.
     ///
     /// A `running` run whose process is gone (killed with -9, a power cut) shows as
-    /// `stale`; `agentrun resume ID` continues it.
+    /// `stale`; `agentrun resume ID` continues it. COST appears when a run has a
+    /// price; a narrow terminal (COLUMNS) drops TOKENS, then STEPS, before the task.
     ///
     /// Examples:
     ///   agentrun runs list --status failed --status budget_exhausted --since 2d
@@ -35,6 +36,10 @@ pub enum RunsCmd {
         since: Option<String>,
     },
     /// Show a run: the task, every step, tool calls with their results, and the trace.
+    ///
+    /// Two times: `wall time` (--json wall_ms) from creation to the last update,
+    /// waits for people included; `driven` (driven_ms; duration_ms is its old name)
+    /// the part a process worked on the run, which max_duration counts.
     ///
     /// Examples:
     ///   agentrun runs show 3f9a
@@ -383,6 +388,11 @@ fn with_escalations(
     let spent = Spent::of(store, id);
     v["cost_usd"] = spent.cost_usd.into();
     v["max_cost"] = spent.max_cost.into();
+    // Two times, named for what they are (issue 27): `wall_ms` from creation to the
+    // last write, `driven_ms` the part a process worked on the run (what
+    // `max_duration` counts). `duration_ms` is `driven_ms` under its old name.
+    v["wall_ms"] = (row.updated_at - row.created_at).max(0).into();
+    v["driven_ms"] = spent.active_ms.into();
     v["duration_ms"] = spent.active_ms.into();
     v["max_duration_ms"] = spent.max_duration_ms.into();
     v["last_compaction_step"] = spent.compactions.into();
@@ -520,10 +530,13 @@ fn spend_fields(s: &Spent) -> Vec<(&'static str, String)> {
             "estimated (the provider reported none; about 4 bytes a token)".to_string(),
         ));
     }
+    // Always, beside the header's `wall time` (issue 27): what a budget counts.
     let time = |ms: u64| crate::timefmt::duration(i64::try_from(ms).unwrap_or(i64::MAX));
-    if let Some(max) = s.max_duration_ms {
-        out.push(("driven", format!("{} of {}", time(s.active_ms), time(max))));
-    }
+    let driven = match s.max_duration_ms {
+        Some(max) => format!("{} of {}", time(s.active_ms), time(max)),
+        None => time(s.active_ms),
+    };
+    out.push(("driven", format!("{driven} (time agentrun worked on it)")));
     if let Some(step) = s.compactions {
         out.push((
             "context",

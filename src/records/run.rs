@@ -108,6 +108,9 @@ pub struct RunRow {
     pub worker: Option<String>,
     /// The lease's last heartbeat (ms since the epoch).
     pub heartbeat: Option<i64>,
+    /// Money spent on model calls so far (USD, from the price table), as of the last
+    /// committed step (issue 27).
+    pub cost_usd: f64,
     /// The run and call that started this run as a sub-agent (issue 26).
     pub parent: Option<ParentLink>,
     /// The run this one was forked from, and at which step (`runs fork`, issue 21).

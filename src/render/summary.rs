@@ -5,11 +5,17 @@ use crate::records::RunStatus;
 use crate::runner::RunOutcome;
 use std::time::Duration;
 
-/// `agentrun: run 3f9a… completed after 3 steps (1630 tokens in, 102 out) in 2.1s`,
-/// plus a second line saying how to continue when the run is not done.
+/// `agentrun: run 3f9a… completed after 3 steps (1630 tokens in, 102 out, $0.0041) in
+/// 2.1s` (the cost when the model has a price, as the progress lines showed it), plus a
+/// second line saying how to continue when the run is not done.
 pub fn final_line(o: &RunOutcome, elapsed: Option<Duration>, s: Style) -> String {
+    let cost = if o.cost_usd > 0.0 {
+        format!(", {}", crate::machine::state::usd(o.cost_usd))
+    } else {
+        String::new()
+    };
     let mut line = format!(
-        "agentrun: run {} {} after {} step{} ({} tokens in, {} out)",
+        "agentrun: run {} {} after {} step{} ({} tokens in, {} out{cost})",
         o.run_id,
         s.bold(&s.status(o.status)),
         o.steps,

@@ -23,7 +23,8 @@ pub struct TableOptions<'a> {
     pub stale: &'a dyn Fn(&RunRow) -> bool,
 }
 
-/// The table, header first, one line per run.
+/// The table, header first, one line per run. A COST column when any run listed has a
+/// price (issue 27); on a narrow terminal TOKENS, then STEPS, give way to the task.
 pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     let (now_ms, style) = (opts.now_ms, opts.style);
     // The task's first line; a sub-agent's run says whose it is (issue 26), a fork whose
@@ -42,11 +43,12 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
             }
         })
         .collect();
+    let priced = runs.iter().any(|r| r.cost_usd > 0.0);
     let rows: Vec<Row<'_>> = runs
         .iter()
         .zip(&texts)
-        .map(|(r, text)| Row {
-            cells: vec![
+        .map(|(r, text)| {
+            let mut cells = vec![
                 r.id.to_string(),
                 match (&r.worker, r.status) {
                     _ if (opts.stale)(r) => "stale".to_string(),
@@ -56,18 +58,24 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
                 },
                 r.steps.to_string(),
                 (r.input_tokens + r.output_tokens).to_string(),
-                age(now_ms, r.created_at),
-            ],
-            text,
+            ];
+            if priced {
+                cells.push(cost_cell(r.cost_usd));
+            }
+            cells.push(age(now_ms, r.created_at));
+            Row { cells, text }
         })
         .collect();
-    let columns = [
+    let mut columns = vec![
         Column::left("ID"),
         Column::left("STATUS"),
-        Column::right("STEPS"),
-        Column::right("TOKENS"),
-        Column::right("AGE"),
+        Column::right("STEPS").give_way(2),
+        Column::right("TOKENS").give_way(1),
     ];
+    if priced {
+        columns.push(Column::right("COST"));
+    }
+    columns.push(Column::right("AGE"));
     let lines = aligned(&columns, "TASK", &rows, opts.width);
     let mut out = String::new();
     for (i, mut text) in lines.into_iter().enumerate() {
@@ -84,20 +92,51 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     out
 }
 
+/// A run's cost in the table: cents are enough there (`runs show` has the rest), and
+/// `-` for a run without a price.
+fn cost_cell(usd: f64) -> String {
+    if usd <= 0.0 {
+        "-".into()
+    } else if usd < 0.01 {
+        "<$0.01".into()
+    } else {
+        format!("${usd:.2}")
+    }
+}
+
 /// A column of an [`aligned`] table.
 pub struct Column {
     pub name: &'static str,
     /// Numbers right-aligned, words left-aligned.
     pub right: bool,
+    /// Left out when the line is too narrow for it and [`MIN_TASK`] columns of text:
+    /// the lowest number first; `None` always stays.
+    pub give_way: Option<u8>,
 }
 
 impl Column {
     pub fn left(name: &'static str) -> Column {
-        Column { name, right: false }
+        Column {
+            name,
+            right: false,
+            give_way: None,
+        }
     }
 
     pub fn right(name: &'static str) -> Column {
-        Column { name, right: true }
+        Column {
+            name,
+            right: true,
+            give_way: None,
+        }
+    }
+
+    /// This column is left out on a narrow line, in `order` (lowest first).
+    pub fn give_way(self, order: u8) -> Column {
+        Column {
+            give_way: Some(order),
+            ..self
+        }
     }
 }
 
@@ -110,9 +149,10 @@ pub struct Row<'a> {
 /// Lines of a table, header first: each column as wide as its widest cell (by display
 /// width, so the header lines up with every row), two spaces between, and the last
 /// column (`last`, free text) cut to what is left of `width` columns — never below
-/// [`MIN_TASK`]. `runs list` and `escalations list` share it (issue 27).
+/// [`MIN_TASK`]; columns that [`Column::give_way`] are left out while the line would
+/// not fit otherwise. `runs list` and `escalations list` share it (issue 27).
 pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -> Vec<String> {
-    let widths: Vec<usize> = columns
+    let mut widths: Vec<Option<usize>> = columns
         .iter()
         .enumerate()
         .map(|(i, c)| {
@@ -121,11 +161,20 @@ pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -
                 .map(|cell| super::text::width(cell))
                 .chain([super::text::width(c.name)])
                 .max()
-                .unwrap_or(0)
         })
         .collect();
-    let used: usize = widths.iter().sum::<usize>() + 2 * widths.len();
-    let text_cols = width.saturating_sub(used).max(MIN_TASK);
+    let used = |widths: &[Option<usize>]| widths.iter().flatten().map(|w| w + 2).sum::<usize>();
+    let mut yielding: Vec<usize> = (0..columns.len())
+        .filter(|&i| columns[i].give_way.is_some())
+        .collect();
+    yielding.sort_by_key(|&i| columns[i].give_way);
+    for i in yielding {
+        if used(&widths) + MIN_TASK <= width {
+            break;
+        }
+        widths[i] = None;
+    }
+    let text_cols = width.saturating_sub(used(&widths)).max(MIN_TASK);
     let header: Vec<String> = columns.iter().map(|c| c.name.to_string()).collect();
     std::iter::once(line(columns, &header, &widths, last))
         .chain(rows.iter().map(|r| {
@@ -139,9 +188,11 @@ pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -
         .collect()
 }
 
-fn line(columns: &[Column], cells: &[String], widths: &[usize], text: &str) -> String {
+/// One table line; a column whose width is `None` was left out.
+fn line(columns: &[Column], cells: &[String], widths: &[Option<usize>], text: &str) -> String {
     let mut s = String::new();
     for ((column, cell), cols) in columns.iter().zip(cells).zip(widths) {
+        let Some(cols) = cols else { continue };
         if column.right {
             s.push_str(&pad_left(cell, *cols));
         } else {

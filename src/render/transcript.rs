@@ -177,20 +177,30 @@ fn header(v: &RunView<'_>, s: Style) -> String {
             r.output_tokens
         ),
     );
-    for (name, value) in v.spend {
+    // `driven` goes beside `wall time`, below.
+    for (name, value) in v.spend.iter().filter(|(n, _)| *n != "driven") {
         field(name, value.clone());
     }
     // Local times for people; `--json` keeps RFC 3339 in UTC.
     field("created", crate::timefmt::local(r.created_at));
     field("updated", crate::timefmt::local(r.updated_at));
+    // From creation to the last write, waits for people and pauses included; the
+    // spend lines above have `driven`, the part a process worked on it (issue 27).
+    let so_far = if r.status == RunStatus::Running && !v.stale {
+        " so far"
+    } else {
+        ""
+    };
     field(
-        if r.status == RunStatus::Running && !v.stale {
-            "running"
-        } else {
-            "duration"
-        },
-        crate::timefmt::duration(r.updated_at - r.created_at),
+        "wall time",
+        format!(
+            "{}{so_far} (created to last update)",
+            crate::timefmt::duration(r.updated_at - r.created_at)
+        ),
     );
+    for (name, value) in v.spend.iter().filter(|(n, _)| *n == "driven") {
+        field(name, value.clone());
+    }
     if let Some(e) = &r.error {
         field("reason", indent(&plain(e), 13));
     }

@@ -695,6 +695,7 @@ impl Drive<'_> {
                 state: &state,
                 input_tokens: c.state.input_tokens,
                 output_tokens: c.state.output_tokens,
+                cost_usd: c.state.cost_usd,
                 status: c.status,
                 answer: c.answer.as_deref(),
                 error: c.error.as_deref(),

@@ -31,6 +31,8 @@ pub struct StepCommit<'a> {
     pub state: &'a str,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Money spent so far (USD), kept on the run's row for `runs list` (issue 27).
+    pub cost_usd: f64,
     pub status: RunStatus,
     pub answer: Option<&'a str>,
     pub error: Option<&'a str>,

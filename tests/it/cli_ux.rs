@@ -91,7 +91,8 @@ fn snapshot_filters() -> Vec<(&'static str, &'static str)> {
             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d",
             "LOCAL TIME",
         ),
-        (r"(duration +)\S.*", "${1}DURATION"),
+        (r"(wall time +)\S+", "${1}DURATION"),
+        (r"(driven +)\S+", "${1}DURATION"),
     ]
 }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Keys whose values depend on the wall clock, on measured time or on jitter.
-const VARYING: [&str; 7] = [
+const VARYING: [&str; 9] = [
     "at",
     "created_at",
     "updated_at",
@@ -19,6 +19,8 @@ const VARYING: [&str; 7] = [
     "elapsed_ms",
     "delay_ms",
     "duration_ms",
+    "wall_ms",
+    "driven_ms",
 ];
 
 struct Session {

@@ -119,6 +119,7 @@ pub fn stale_holder_fenced(db: &Db) {
         state: "{}",
         input_tokens: 1,
         output_tokens: 1,
+        cost_usd: 0.0,
         status: RunStatus::Completed,
         answer: Some("late answer"),
         error: None,

@@ -2,7 +2,7 @@
 //! the same answer from every list without a database, help that teaches, and error
 //! lines that name the fix.
 
-use crate::common::{Project, Run};
+use crate::common::{Db, Project, Run};
 use serde_json::json;
 
 /// `{"error": {"kind", "message"}}` and nothing else on stdout.
@@ -175,4 +175,120 @@ fn help_says_the_thing_with_an_example_and_no_issue_numbers() {
         assert!(!r.stdout.contains("README"), "{r}");
         assert!(r.stdout.contains("Example"), "{r}");
     }
+}
+
+/// A project whose scripted model has a price: two turns of 10,000 input and 1,000
+/// output tokens at $2.50 / $10 per million, $0.035 each.
+fn priced(db: &Db) -> Project {
+    let p = Project::on(db);
+    p.write("tools.toml", "");
+    let turn = json!({"usage": {"input": 10_000, "output": 1_000}});
+    let mut call = turn.clone();
+    call["tool_calls"] = json!([{"name": "nothing", "args": {}}]);
+    let mut answer = turn;
+    answer["text"] = json!("done");
+    p.model_script(json!([call, answer]));
+    p.task(
+        "tools = []\nprice = { input = 2.5, output = 10 }",
+        "Spend some money on a task whose first line is long enough to be cut.",
+    );
+    p
+}
+
+/// Issue 27: `runs show` said `duration 2.5s` (creation to last update) beside `driven
+/// 0.5s`, and `--json` had `duration_ms` holding the driven time. Both times are named
+/// for what they are, in both outputs, and `duration_ms` stays for old scripts.
+#[test]
+fn runs_show_names_wall_time_and_driven_time_in_both_outputs() {
+    let p = priced(&Db::Sqlite);
+    p.run(&["start", "task.md"]).expect_code(0);
+    let id = p.only_run();
+    let v = p.show(&id);
+    let (wall, driven) = (v["wall_ms"].as_u64(), v["driven_ms"].as_u64());
+    let (Some(wall), Some(driven)) = (wall, driven) else {
+        panic!("wall_ms and driven_ms: {v}");
+    };
+    assert!(wall >= driven, "wall {wall} < driven {driven}");
+    assert_eq!(
+        v["duration_ms"], v["driven_ms"],
+        "the old name keeps its meaning"
+    );
+    let r = p.run(&["runs", "show", &id]);
+    r.expect_code(0);
+    let field = |name: &str| {
+        r.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no `{name}` line\n{r}"))
+            .to_string()
+    };
+    assert!(
+        field("wall time").ends_with("(created to last update)"),
+        "{r}"
+    );
+    assert!(
+        field("driven").ends_with("(time agentrun worked on it)"),
+        "{r}"
+    );
+    assert!(!r.stdout.contains("  duration "), "{r}");
+}
+
+/// Issue 27: the line that ends a run dropped the cost the progress lines showed, and
+/// `runs list` had no cost: both have it now, `--json` too, and the table still fits
+/// 60 columns (TOKENS gives way first).
+#[test]
+fn the_cost_is_in_the_final_line_and_in_runs_list() {
+    cost_in_the_final_line_and_runs_list(&Db::Sqlite);
+}
+
+/// The cost test on a backend (`tests/it/pg.rs` runs it on PostgreSQL: the column and
+/// its migration exist on both).
+pub fn cost_in_the_final_line_and_runs_list(db: &Db) {
+    let p = priced(db);
+    let r = p.run(&["start", "task.md"]);
+    r.expect_code(0);
+    assert!(
+        r.stderr.contains("(11000/200000 tokens used, $0.0350)"),
+        "progress: {r}"
+    );
+    let last = r.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("completed after 2 steps (20000 tokens in, 2000 out, $0.0700) in "),
+        "{last}"
+    );
+    let list = p.run(&["runs", "list", "--json"]);
+    assert_eq!(list.expect_code(0).json()[0]["cost_usd"], 0.07, "{list}");
+    for (columns, tokens) in [(60, false), (100, true)] {
+        let r = p.run_env(&["runs", "list"], &[("COLUMNS", &columns.to_string())]);
+        r.expect_code(0);
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{r}");
+        for line in &lines {
+            assert!(
+                line.chars().count() <= columns,
+                "wider than {columns}: {line:?}"
+            );
+        }
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        let cell = |name: &str| {
+            let at = header.iter().position(|h| *h == name).expect(name);
+            lines[1]
+                .split_whitespace()
+                .nth(at)
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(cell("COST"), "$0.07", "{r}");
+        assert_eq!(header.contains(&"TOKENS"), tokens, "{columns}: {r}");
+        assert!(lines[1].contains("Spend some"), "{r}");
+    }
+    // A run without a price has no COST column (its cost is unknown, not zero).
+    let q = Project::on(db);
+    q.write("tools.toml", "");
+    q.model_script(json!([{"text": "done"}]));
+    q.task("tools = []", "Free.");
+    let r = q.run(&["start", "task.md"]);
+    assert!(!r.stderr.contains('$'), "{r}");
+    let r = q.run(&["runs", "list"]);
+    assert!(!r.stdout.contains("COST"), "{r}");
 }

@@ -31,7 +31,7 @@ fn the_durability_suite_passes_on_postgresql() {
     };
     std::thread::scope(|s| {
         let db = &db;
-        let suites: [(&str, Suite); 16] = [
+        let suites: [(&str, Suite); 17] = [
             ("crash points", crate::crash::every_crash_point),
             ("racing resumes", crate::lease::four_racing_resumes),
             ("parallel runs", crate::lease::four_runs_in_parallel),
@@ -74,6 +74,10 @@ fn the_durability_suite_passes_on_postgresql() {
             (
                 "cancel crash points",
                 crate::operating::every_cancel_crash_point,
+            ),
+            (
+                "cost in runs list",
+                crate::newcomer::cost_in_the_final_line_and_runs_list,
             ),
         ];
         let handles: Vec<_> = suites

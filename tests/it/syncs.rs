@@ -199,6 +199,7 @@ fn tool_step(store: &Store, lease: &Lease, step: u32, idempotent: bool) {
                 state: "{}",
                 input_tokens: 10 * u64::from(step),
                 output_tokens: 2 * u64::from(step),
+                cost_usd: 0.0,
                 status: RunStatus::Running,
                 answer: None,
                 error: None,

@@ -104,6 +104,7 @@ impl PgStore {
         let state = c.state.to_string();
         let (input, output) = (c.input_tokens as i64, c.output_tokens as i64);
         let run_status = c.status;
+        let cost = c.cost_usd;
         let status = c.status.as_str();
         let answer = c.answer.map(str::to_string);
         let error = c.error.map(str::to_string);
@@ -129,7 +130,7 @@ impl PgStore {
             keep_step_state(tx, &lease.run, step, last + messages.len() as i64, &state)?;
             tx.exec(
                 "UPDATE runs SET steps = $2, input_tokens = $3, output_tokens = $4, status = $5,
-                    answer = $6, error = $7, updated_at = $8 WHERE id = $1",
+                    answer = $6, error = $7, updated_at = $8, cost_usd = $9 WHERE id = $1",
                 &[
                     &lease.run.0,
                     &step,
@@ -139,6 +140,7 @@ impl PgStore {
                     &answer,
                     &error,
                     &now_ms(),
+                    &cost,
                 ],
             )?;
             let ended = answer.as_deref().or(error.as_deref());

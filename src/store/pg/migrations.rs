@@ -172,4 +172,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX sent_messages_by_run ON sent_messages (run_id, id);
     "#,
+    // 8: the money a run has spent, on its row (as SQLite's migration 10).
+    r#"
+    ALTER TABLE runs ADD COLUMN cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0;
+    UPDATE runs r SET cost_usd = COALESCE((c.state::jsonb ->> 'cost_usd')::float8, 0)
+        FROM checkpoints c WHERE c.run_id = r.id;
+    "#,
 ];

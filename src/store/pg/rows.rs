@@ -44,6 +44,7 @@ pub(super) fn run_row(r: &Row) -> Result<RunRow> {
             }),
             _ => None,
         },
+        cost_usd: r.get(20),
     })
 }
 pub(super) fn message_row(run: &RunId, r: &Row) -> Result<StoredMessage> {

@@ -17,7 +17,7 @@ macro_rules! run_columns {
     () => {
         "id, task, task_path, status, max_steps, max_tokens, steps, input_tokens, \
          output_tokens, answer, error, lease_pid, created_at, updated_at, lease_worker, \
-         lease_heartbeat, parent_run, parent_call, forked_from, forked_at"
+         lease_heartbeat, parent_run, parent_call, forked_from, forked_at, cost_usd"
     };
 }
 
@@ -307,7 +307,7 @@ impl PgStore {
 
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at FROM runs WHERE ($1::text IS NULL OR status = $1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at, cost_usd FROM runs WHERE ($1::text IS NULL OR status = $1) \
      ORDER BY created_at DESC, seq DESC LIMIT $2";
 const RECENT_RUNS_PLAN: &str = "EXPLAIN SELECT id, task, task_path, status, max_steps, \
      max_tokens, steps, input_tokens, output_tokens, answer, error, lease_pid, created_at, \

@@ -141,7 +141,8 @@ impl SqliteStore {
             let n = tx
                 .prepare_cached(
                     "UPDATE runs SET steps = ?2, input_tokens = ?3, output_tokens = ?4, status = ?5,
-                        answer = ?6, error = ?7, updated_at = ?8, lease_heartbeat = ?8
+                        answer = ?6, error = ?7, updated_at = ?8, lease_heartbeat = ?8,
+                        cost_usd = ?10
                      WHERE id = ?1 AND lease_token = ?9",
                 )?
                 .execute(params![
@@ -153,7 +154,8 @@ impl SqliteStore {
                     c.answer,
                     c.error,
                     now,
-                    lease.token
+                    lease.token,
+                    c.cost_usd
                 ])?;
             if n == 0 {
                 return Err(StoreError::LeaseLost(lease.run.clone()));

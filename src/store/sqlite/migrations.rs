@@ -185,6 +185,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX sent_messages_by_run ON sent_messages (run_id, id);
     "#,
+    // 10: the money a run has spent, on its row (issue 27), so `runs list` shows it
+    // without reading every run's loop state; older runs take it from their checkpoint.
+    r#"
+    ALTER TABLE runs ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
+    UPDATE runs SET cost_usd = COALESCE(
+        (SELECT json_extract(c.state, '$.cost_usd') FROM checkpoints c WHERE c.run_id = runs.id),
+        0);
+    "#,
 ];
 
 #[cfg(test)]
@@ -246,5 +254,35 @@ mod tests {
         let scripts = store.scripts(&id).unwrap();
         assert_eq!(scripts.len(), 1);
         assert_eq!(scripts["script:s.json"], r#"{"turns": []}"#);
+    }
+
+    /// Issue 27: runs from before the cost column get it from their checkpoint.
+    #[test]
+    fn a_version_9_database_takes_each_runs_cost_from_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..9] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 9).unwrap();
+            for (id, state) in [("r1", r#"{"cost_usd":0.07}"#), ("r2", "{}")] {
+                conn.execute(
+                    "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
+                        created_at, updated_at) VALUES (?1, 't', 't.md', 'completed', 5, 50, 0, 0)",
+                    [id],
+                )
+                .unwrap();
+                conn.execute(
+                    "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 1, 0, ?2)",
+                    [id, state],
+                )
+                .unwrap();
+            }
+        }
+        let store = Store::open(&path, false).unwrap();
+        let cost = |id: &str| store.run(&RunId(id.into())).unwrap().cost_usd;
+        assert_eq!((cost("r1"), cost("r2")), (0.07, 0.0));
     }
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 pub(super) const RUN_COLUMNS: &str = "id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at";
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at, cost_usd";
 pub(super) const ESCALATION_COLUMNS: &str = "id, run_id, step, kind, status, summary, detail, created_at, resolved_at, \
      resolved_by, resolution, applied";
 pub(super) fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
@@ -52,6 +52,7 @@ pub(super) fn run_row(r: &Row<'_>) -> rusqlite::Result<Result<RunRow>> {
             }),
             _ => None,
         },
+        cost_usd: r.get(20)?,
     }))
 }
 pub(super) fn escalation_row(r: &Row<'_>) -> rusqlite::Result<Result<EscalationRow>> {

@@ -298,7 +298,7 @@ impl SqliteStore {
 /// A negative LIMIT is no limit in SQLite.
 const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_tokens, steps, \
      input_tokens, output_tokens, answer, error, lease_pid, created_at, updated_at, \
-     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
+     lease_worker, lease_heartbeat, parent_run, parent_call, forked_from, forked_at, cost_usd FROM runs INDEXED BY runs_by_created WHERE (?1 IS NULL OR status = ?1) \
      ORDER BY created_at DESC, rowid DESC LIMIT ?2";
 fn format_time(ms: i64) -> String {
     crate::timefmt::rfc3339(ms)
