@@ -283,14 +283,10 @@ fn from_stdout(stdout: &str) -> Verdict {
     }
 }
 
-fn clip(mut s: String) -> String {
+fn clip(s: String) -> String {
     if s.len() > MAX_REASON {
-        let mut end = MAX_REASON;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push('…');
+        // At a word boundary, as every cut for people (issue 27).
+        return crate::render::text::truncate(&s, MAX_REASON);
     }
     s
 }

@@ -281,14 +281,29 @@ pub fn stdout_width() -> usize {
     {
         return n;
     }
+    terminal_width(libc::STDOUT_FILENO).unwrap_or(crate::render::table::LINE)
+}
+
+/// Columns of the terminal on stderr, for the live status line (issue 27: wider than
+/// the terminal, it wraps and is redrawn a line short, which flickers): the terminal's
+/// own width first (read on every redraw, so a resize counts), then `COLUMNS`, else 80.
+pub fn stderr_width() -> usize {
+    terminal_width(libc::STDERR_FILENO)
+        .or_else(|| {
+            std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.trim().parse::<usize>().ok())
+                .filter(|n| *n > 0)
+        })
+        .unwrap_or(80)
+}
+
+/// The width of the terminal on `fd`, if it is one.
+fn terminal_width(fd: libc::c_int) -> Option<usize> {
     // SAFETY: TIOCGWINSZ fills the winsize we pass; on failure it is left zeroed.
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
-    if ok && ws.ws_col > 0 {
-        usize::from(ws.ws_col)
-    } else {
-        crate::render::table::LINE
-    }
+    let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
 }
 
 #[cfg(test)]

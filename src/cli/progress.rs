@@ -351,12 +351,18 @@ impl LiveSink for Progress {
                     let done: String = a.line.drain(..=at).collect();
                     live.println(&format!("  {}", printable(done.trim_end())));
                 }
-                let tail: String = {
+                // The newest of it: the status line shows as much as fits.
+                let text: String = {
                     let chars: Vec<char> = a.line.chars().collect();
-                    chars[chars.len().saturating_sub(60)..].iter().collect()
+                    chars[chars.len().saturating_sub(LIVE_TEXT)..]
+                        .iter()
+                        .collect()
                 };
-                let tail = printable(&tail);
-                live.update(|st| st.doing = format!("{model} writing: {tail}"));
+                let text = printable(&text);
+                live.update(|st| {
+                    st.doing = format!("{model} writing:");
+                    st.writing = Some(text);
+                });
             }
             Delta::ToolCall { name } => {
                 live.update(|st| st.doing = format!("{model} calls {name}"));
@@ -398,6 +404,15 @@ fn print_line(line: &str) {
     crate::errln!("{line}");
 }
 
+/// Characters of a streamed line kept for the status line (more than any terminal
+/// shows of it).
+const LIVE_TEXT: usize = 300;
+
+/// Columns the status line's template adds around the message: the spinner and a
+/// space, ` in 12.3s` while waiting, a space and the elapsed time (`59m`), and one
+/// spare, as a terminal wraps a line that fills its last column.
+const LIVE_FRAME: usize = 17;
+
 /// What the status line says; rebuilt on every change.
 #[derive(Debug, Default)]
 struct LiveState {
@@ -407,6 +422,8 @@ struct LiveState {
     /// Calls in flight: a turn's independent calls run together (issue 14).
     running: usize,
     doing: String,
+    /// The model's text being written, after `doing`; cleared by any other update.
+    writing: Option<String>,
 }
 
 impl LiveState {
@@ -431,13 +448,36 @@ impl LiveState {
         }
     }
 
-    fn message(&self) -> String {
-        let parts: Vec<&str> = [self.step.as_deref(), Some(self.doing.as_str())]
-            .into_iter()
-            .flatten()
-            .filter(|s| !s.is_empty())
-            .collect();
-        parts.join(" · ")
+    /// The line in at most `cols` columns (issue 27: it wrapped and flickered at 60).
+    /// When the whole does not fit, the step keeps only its number (tokens and cost
+    /// go first), the streamed text its newest words, anything else is cut at a word.
+    fn message(&self, cols: usize) -> String {
+        use crate::render::text::{tail, truncate, width};
+        let join = |step: Option<&str>, doing: &str| {
+            [step, Some(doing)]
+                .into_iter()
+                .flatten()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" · ")
+        };
+        let doing = match &self.writing {
+            Some(text) => format!("{} {text}", self.doing),
+            None => self.doing.clone(),
+        };
+        let full = join(self.step.as_deref(), &doing);
+        if width(&full) <= cols {
+            return full;
+        }
+        let step = self.step.as_deref().and_then(|s| s.split(" · ").next());
+        let head = join(step, &self.doing);
+        match &self.writing {
+            Some(text) if width(&head) + 9 <= cols => {
+                let room = cols - width(&head) - 1;
+                format!("{head} {}", tail(text, room))
+            }
+            _ => truncate(&head, cols),
+        }
     }
 }
 
@@ -479,8 +519,10 @@ impl Live {
     fn update(&self, f: impl FnOnce(&mut LiveState)) {
         let msg = {
             let mut st = lock(&self.state);
+            st.writing = None;
             f(&mut st);
-            st.message()
+            let cols = super::output::stderr_width().saturating_sub(LIVE_FRAME);
+            st.message(cols)
         };
         let mut bar = lock(&self.bar);
         bar.get_or_insert_with(|| self.new_bar()).set_message(msg);
@@ -618,28 +660,58 @@ mod tests {
             tool: None,
             running: 1,
             doing: "search_kb attempt 2/3".into(),
+            writing: None,
         };
         assert_eq!(
-            st.message(),
+            st.message(200),
             "step 2/10 · 930/20000 tokens · search_kb attempt 2/3"
         );
-        assert_eq!(LiveState::default().message(), "");
+        assert_eq!(LiveState::default().message(200), "");
+    }
+
+    /// Issue 27: at 60 columns the status line wrapped, and indicatif redrew it a line
+    /// short (the flicker). It now fits what the terminal leaves it, keeping the step
+    /// number, what is happening and the newest words of the model's text.
+    #[test]
+    fn the_status_line_fits_a_narrow_terminal() {
+        use crate::render::text::width;
+        let cols = 60 - LIVE_FRAME;
+        let mut st = LiveState {
+            step: Some("step 12/30 · 118000/200000 tokens · $0.4100 of $5.00".into()),
+            doing: "llama writing:".into(),
+            writing: Some("The parcel of customer C-9 left the depot on Monday and is due".into()),
+            ..LiveState::default()
+        };
+        assert_eq!(st.message(cols), "step 12/30 · llama writing: …and is due");
+        // A long model name leaves no room for its text: the name stays whole.
+        st.doing = "openai:gpt-4o-mini writing:".into();
+        assert_eq!(st.message(cols), "step 12/30 · openai:gpt-4o-mini writing:");
+        st.writing = None;
+        st.doing = "search_kb attempt 2/3".into();
+        assert_eq!(st.message(cols), "step 12/30 · search_kb attempt 2/3");
+        st.doing = "asking openai:gpt-4o-mini again (connection refused)".into();
+        let line = st.message(cols);
+        assert!(width(&line) <= cols, "{line}");
+        assert_eq!(line, "step 12/30 · asking openai:gpt-4o-mini…");
+        for cols in 0..120 {
+            assert!(width(&st.message(cols)) <= cols.max(1), "{cols}");
+        }
     }
 
     #[test]
     fn the_status_line_counts_calls_running_together() {
         let mut st = LiveState::default();
         st.call_started("a", 3);
-        assert_eq!(st.message(), "a attempt 1/3");
+        assert_eq!(st.message(200), "a attempt 1/3");
         st.call_started("b", 3);
         st.call_started("c", 1);
-        assert_eq!(st.message(), "3 calls running (latest c)");
+        assert_eq!(st.message(200), "3 calls running (latest c)");
         st.call_finished();
-        assert_eq!(st.message(), "2 calls running");
+        assert_eq!(st.message(200), "2 calls running");
         st.call_finished();
-        assert_eq!(st.message(), "1 call running");
+        assert_eq!(st.message(200), "1 call running");
         st.call_finished();
-        assert_eq!(st.message(), "");
+        assert_eq!(st.message(200), "");
         assert_eq!(st.tool, None);
     }
 

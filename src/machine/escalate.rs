@@ -121,10 +121,7 @@ fn first_sentence(s: &str) -> String {
     truncate(line, 160)
 }
 
+/// Cut for people at a word boundary (issue 27), as every human view cuts text.
 fn truncate(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let cut: String = s.chars().take(max).collect();
-    format!("{cut}…")
+    crate::render::text::truncate(s, max)
 }

@@ -483,7 +483,7 @@ fn error_message(status: StatusCode, body: &[u8]) -> String {
             .to_string();
     }
     // An HTML error page from a proxy can be long; the start says what it is.
-    text.chars().take(500).collect()
+    crate::render::text::truncate(text, 500)
 }
 
 /// The text a tool result is sent as (both APIs take a string): a JSON string value is

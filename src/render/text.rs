@@ -8,8 +8,10 @@ pub fn width(s: &str) -> usize {
     UnicodeWidthStr::width(s)
 }
 
-/// `s` cut to at most `max` columns, ending in `…` when cut. Control characters
-/// (tabs, escapes) become spaces so a task cannot break the table or the terminal.
+/// `s` cut to at most `max` columns, ending in `…` when cut — at a word boundary
+/// when one is in the second half of what fits (issue 27: `…the circuit for t…`), else
+/// mid-word (a long URL, or text without spaces). Control characters (tabs, escapes)
+/// become spaces so a task cannot break the table or the terminal.
 pub fn truncate(s: &str, max: usize) -> String {
     let clean: String = s
         .chars()
@@ -18,18 +20,54 @@ pub fn truncate(s: &str, max: usize) -> String {
     if width(&clean) <= max {
         return clean;
     }
-    let mut out = String::new();
+    let mut end = 0; // bytes of `clean` that fit with the ellipsis
     let mut used = 0;
-    for c in clean.chars() {
+    for (i, c) in clean.char_indices() {
         let w = c.width().unwrap_or(0);
         if used + w + 1 > max {
             break;
         }
         used += w;
-        out.push(c);
+        end = i + c.len_utf8();
     }
-    out.push('…');
-    out
+    let cut_mid_word = clean[end..].starts_with(|c: char| !c.is_whitespace());
+    if cut_mid_word
+        && let Some(space) = clean[..end].rfind(char::is_whitespace)
+        && width(&clean[..space]) * 2 >= used
+    {
+        end = space;
+    }
+    format!("{}…", clean[..end].trim_end())
+}
+
+/// The last columns of `s` that fit in `max`, starting at a word when one starts in
+/// the first half of them, after `…` (the newest text of a stream: its end matters).
+pub fn tail(s: &str, max: usize) -> String {
+    let clean: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if width(&clean) <= max {
+        return clean;
+    }
+    let mut start = clean.len();
+    let mut used = 0;
+    for (i, c) in clean.char_indices().rev() {
+        let w = c.width().unwrap_or(0);
+        if used + w + 1 > max {
+            break;
+        }
+        used += w;
+        start = i;
+    }
+    let cut_mid_word = clean[..start].ends_with(|c: char| !c.is_whitespace());
+    if cut_mid_word
+        && let Some(space) = clean[start..].find(char::is_whitespace)
+        && width(&clean[start + space..]) * 2 >= used
+    {
+        start += space;
+    }
+    format!("…{}", clean[start..].trim_start())
 }
 
 /// `s` padded with spaces to `cols` columns (left-aligned).
@@ -184,6 +222,26 @@ mod tests {
         assert_eq!(terminal_safe(evil), "abcdefgh");
         let ours = "\x1b[1mbold\x1b[0m\n\tx \x1b[31mred\x1b[0m";
         assert_eq!(terminal_safe(ours), ours);
+    }
+
+    /// Issue 27: progress and tables said `…the circuit for t…`.
+    #[test]
+    fn truncate_cuts_at_a_word_boundary_when_there_is_one() {
+        let s = "refund failed 3 times; the circuit for this call is open";
+        assert_eq!(truncate(s, 42), "refund failed 3 times; the circuit for…");
+        assert!(width(&truncate(s, 42)) <= 42);
+        assert_eq!(truncate(s, 39), "refund failed 3 times; the circuit for…");
+        assert_eq!(truncate(s, 38), "refund failed 3 times; the circuit…");
+        // No word boundary in the second half: cut mid-word rather than lose it all.
+        let url = "see https://example.com/a/very/long/path/to/a/page";
+        assert_eq!(truncate(url, 20), "see https://example…");
+        assert_eq!(truncate("Spend some money on it", 16), "Spend some…");
+        assert_eq!(
+            tail("the model writes a long line of text", 20),
+            "…a long line of text"
+        );
+        assert_eq!(tail("abcdefghij", 5), "…ghij");
+        assert_eq!(tail("short", 10), "short");
     }
 
     #[test]

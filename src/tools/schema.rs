@@ -68,9 +68,7 @@ fn shorten(line: String) -> String {
     if line.chars().count() <= MAX_LINE {
         return line;
     }
-    let mut cut: String = line.chars().take(MAX_LINE).collect();
-    cut.push('…');
-    cut
+    crate::render::text::truncate(&line, MAX_LINE)
 }
 
 #[cfg(test)]

@@ -292,3 +292,53 @@ pub fn cost_in_the_final_line_and_runs_list(db: &Db) {
     let r = q.run(&["runs", "list"]);
     assert!(!r.stdout.contains("COST"), "{r}");
 }
+
+/// Issue 27: off a terminal, the breaker's escalation line ended `…the circuit for
+/// t…`. Every cut in progress, the `--json` reason and `escalations list` ends at a
+/// word now: what comes before `…` is followed, in the whole text, by a space.
+#[test]
+fn messages_are_cut_at_a_word_boundary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |args: &[&str], columns: &str| {
+        Run::from_output(
+            std::process::Command::new(crate::common::bin())
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .env("AGENTRUN_DB", dir.path().join("a.db"))
+                .env("COLUMNS", columns)
+                .args(args)
+                .output()
+                .expect("spawn agentrun"),
+        )
+    };
+    let r = run(&["start", "examples/breaker/task.md", "--json"], "80");
+    r.expect_code(3);
+    let reason = r.json()["reason"].as_str().unwrap_or_default().to_string();
+    let r = run(&["start", "examples/breaker/task.md"], "80");
+    r.expect_code(3);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("(breaker_open)"))
+        .unwrap_or_else(|| panic!("no escalation line\n{r}"))
+        .to_string();
+    assert!(line.ends_with(&reason), "{line}\n{reason}");
+    assert!(reason.ends_with(" the circuit for…"), "{reason}");
+    // What the breaker says in full (the escalation keeps its first 160 columns).
+    let full = "refund failed 3 times with the same arguments (last: unavailable, 1 \
+                attempt(s): refund exited with 69: connection refused by kb.internal:443); \
+                the circuit for this call is open";
+    let ends_at_a_word = |cut: &str| {
+        let kept = cut.trim_end_matches('…').trim_end();
+        full.starts_with(kept) && full[kept.len()..].starts_with(char::is_whitespace)
+    };
+    assert!(ends_at_a_word(&reason), "{reason}\n{full}");
+    for columns in ["60", "80", "100"] {
+        let list = run(&["escalations", "list"], columns);
+        let row = list.stdout.lines().nth(1).unwrap_or_default();
+        let cell = &row[row.find("refund").unwrap_or(0)..];
+        assert!(
+            cell.ends_with('…') && ends_at_a_word(cell),
+            "{columns}: {row}\n{full}"
+        );
+    }
+}
