@@ -195,6 +195,16 @@ fn a_server_that_does_not_start_stops_the_run_before_anything_is_written() {
         check.stderr.contains("mcp server `broken`: cannot start"),
         "{check}"
     );
+    // Issue 27: the server's stderr was printed twice in each message.
+    for out in [&run, &check] {
+        assert_eq!(
+            out.stderr
+                .matches("(server stderr: not an MCP server)")
+                .count(),
+            1,
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -421,11 +421,12 @@ impl State {
                     Ok(service) => service,
                     Err(e) => {
                         // A server that fails at once usually said why on stderr; give
-                        // the reader a moment to reach the end of it.
+                        // the reader a moment to reach the end of it. `ensure` adds it
+                        // to the message, once (issue 27: it was there twice).
                         if let Some(tail) = tail {
                             let _ = tokio::time::timeout(STDERR_GRACE, tail).await;
                         }
-                        return Err(self.with_stderr(e.to_string()));
+                        return Err(e.to_string());
                     }
                 }
             }
@@ -474,15 +475,6 @@ impl State {
         if let Some(svc) = self.service.take() {
             // Dropping cancels the service task; the transport's child is killed on drop.
             drop(svc);
-        }
-    }
-
-    fn with_stderr(&self, message: String) -> String {
-        let tail = self.stderr_tail();
-        if tail.is_empty() {
-            message
-        } else {
-            format!("{message} (server stderr: {tail})")
         }
     }
 
