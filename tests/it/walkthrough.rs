@@ -1,7 +1,9 @@
 //! Issue 13: the README's "Your own tool and model" walkthrough, executed as written.
 //! The shell and TOML blocks are read from README.md itself, so the README cannot drift
-//! from what works: a fresh folder, `agentrun init`, the weather tool, the task, `tools
-//! check`, and a run against an OpenAI-compatible server (a local mock started here).
+//! from what works: a fresh folder, `agentrun init`, the weather tool, the task, a run
+//! of the tool with a four-line script as the model (before any server, issue 27),
+//! `tools check`, and a run against an OpenAI-compatible server (a local mock started
+//! here).
 //! The only edits: `git clone`/`cargo install` are skipped (the binary under test is put
 //! on PATH), `~` is a temporary HOME, the server address is the mock's, and
 //! `<RUN_ID>` is the id of the run the walkthrough started.
@@ -81,9 +83,22 @@ fn delta(delta: Value, finish: Option<&str>) -> Value {
 fn the_readme_walkthrough_runs_my_own_tool_against_an_openai_compatible_server() {
     let blocks = walkthrough_blocks();
     assert!(
-        blocks.len() >= 4,
+        blocks.len() >= 5,
         "the walkthrough lost its blocks: {blocks:?}"
     );
+    // Issue 27: the offline step is there, a script of four lines calling the tool.
+    let offline = blocks
+        .iter()
+        .find(|(_, body)| body.starts_with("cat > script.json"))
+        .map(|(_, body)| body.as_str())
+        .expect("the script.json step");
+    let json: Vec<&str> = offline
+        .lines()
+        .skip(1)
+        .take_while(|l| *l != "EOF")
+        .collect();
+    assert_eq!(json.len(), 4, "{offline}");
+    assert!(json[1].contains(r#""name": "weather""#), "{offline}");
     let home = tempfile::tempdir().expect("home");
     let rt = crate::common::runtime();
     let server = rt.block_on(MockServer::start());
@@ -132,6 +147,16 @@ fn the_readme_walkthrough_runs_my_own_tool_against_an_openai_compatible_server()
     assert_eq!(
         run.code, 0,
         "the walkthrough failed\n--- script\n{script}\n{run}"
+    );
+    // The scripted run called the reader's tool and answered, with no server.
+    assert!(
+        run.stdout
+            .contains("The weather tool answered; see it with agentrun runs show."),
+        "{run}"
+    );
+    assert!(
+        run.stderr.contains("step 1: weather ok (1 attempt)"),
+        "{run}"
     );
     // `tools check` passed, the run answered, and `runs show` tells what happened.
     assert!(run.stdout.contains("ok, "), "{run}");
