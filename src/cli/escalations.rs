@@ -143,7 +143,7 @@ fn print_list(cli: &Cli, rows: &[EscalationRow], all: bool, db: &Path) -> anyhow
         crate::errln!(
             "no {}escalations in {}",
             if all { "" } else { "open " },
-            db.display()
+            crate::store::shown(db)
         );
         return Ok(Exit::Completed);
     }

@@ -110,6 +110,14 @@ fn every_command_with_a_closed_stdout_ends_quietly_with_its_own_exit_code() {
         (vec!["start", "--help"], 0),
         (vec!["--version"], 0),
         (vec!["no-such-command"], 2),
+        (vec!["notify", "list", "--all"], 0),
+        (vec!["notify", "list", "--json"], 0),
+        (vec!["notify", "deliver"], 0),
+        (vec!["notify", "deliver", "--json"], 0),
+        (vec!["db", "check"], 0),
+        (vec!["db", "check", "--json"], 0),
+        (vec!["runs", "cancel", "nosuchrun"], 2),
+        (vec!["runs", "cancel", "nosuchrun", "--json"], 2),
         // Last: they change what the rows above read.
         (vec!["runs", "fork", &done, "--no-start"], 0),
         (vec!["runs", "fork", &done, "--at-step", "1", "--json"], 0),
@@ -118,6 +126,8 @@ fn every_command_with_a_closed_stdout_ends_quietly_with_its_own_exit_code() {
         (vec!["runs", "send", &done, "Too late."], 2),
         (vec!["escalations", "resolve", &esc, "--deny", "not now"], 0),
         (vec!["runs", "rm", &spare], 0),
+        (vec!["runs", "cancel", &waiting], 0),
+        (vec!["runs", "cancel", &waiting, "--json"], 0),
     ];
     let mut failures = Vec::new();
     for (args, code) in &table {

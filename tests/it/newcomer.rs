@@ -29,6 +29,9 @@ fn json_prints_an_error_object_when_a_command_fails_before_its_output() {
         &["escalations", "show", "99", "--json"],
         &["escalations", "resolve", "99", "--approve", "--json"],
         &["runs", "list", "--since", "yesterday-ish", "--json"],
+        &["runs", "cancel", "nosuchrun", "--json"],
+        &["notify", "list", "--db", "missing.db", "--json"],
+        &["db", "check", "--db", "missing.db", "--json"],
     ] {
         let r = p.run(args);
         r.expect_code(2);
@@ -70,6 +73,10 @@ fn both_lists_say_nothing_yet_the_same_way_without_a_database() {
         (
             "escalations",
             "no open escalations in .agentrun/agentrun.db",
+        ),
+        (
+            "notify",
+            "no failed notification events in .agentrun/agentrun.db",
         ),
     ] {
         let r = run(&[list, "list"]);
@@ -341,4 +348,34 @@ fn messages_are_cut_at_a_word_boundary() {
             "{columns}: {row}\n{full}"
         );
     }
+}
+
+/// Issue 27: the tools section says where a tool runs, and it is so: in the folder
+/// holding tools.toml, whatever folder agentrun is started from.
+#[test]
+fn a_tool_runs_in_the_folder_holding_tools_toml_as_the_readme_says() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("tools.toml\n"))
+        .expect("the tools.toml section");
+    let words = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("its working folder is the folder holding tools.toml"),
+        "the tools section does not say where a tool runs"
+    );
+    let p = Project::new();
+    p.write(
+        "conf/tools.toml",
+        "[tools.where]\ndescription = \"where\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; printf '\\\"%s\\\"' \\\"$(pwd -P)\\\"\"]\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "where", "args": {}}]}, {"text": "ok"}]));
+    p.task("tools = [\"where\"]", "Where?");
+    p.run(&["start", "task.md", "--tools", "conf/tools.toml"])
+        .expect_code(0);
+    let results = crate::common::tool_results(&p.show(&p.only_run()));
+    let conf = p.path().join("conf").canonicalize().expect("conf");
+    assert_eq!(results, vec![json!(conf.display().to_string())]);
 }
