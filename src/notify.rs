@@ -166,11 +166,10 @@ pub fn deliver_pending_blocking(store: &Store) -> Pass {
     }
 }
 
-/// The run's `[notify]`, from its tools.toml as snapshotted at start.
+/// The run's `[notify]`, as snapshotted at start ([`Snapshot::notify`]).
 fn run_config(store: &Store, run: &RunId) -> Option<NotifyConfig> {
     let snapshot: Snapshot = serde_json::from_str(&store.snapshot(run).ok()?).ok()?;
-    let cfg = crate::config::parse(&snapshot.tools_toml, Path::new(&snapshot.tools_path)).ok()?;
-    cfg.notify
+    snapshot.notify()
 }
 
 /// `${VAR}` in a webhook URL, from the environment at send time (a Slack webhook URL
@@ -233,7 +232,7 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
                 env: Vec::new(),
                 set: Default::default(),
                 inherit_all: false,
-                cwd: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+                cwd: cfg.cwd.clone(),
                 output_cap: 4096,
             }),
         ));

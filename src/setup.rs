@@ -74,10 +74,40 @@ pub struct Snapshot {
     /// parent's plus one for a child run.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub depth: u32,
+    /// The config file's `[notify]`, kept when tools.toml has none of its own (issue
+    /// 24): events of this run go where the person starting it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<NotifySnapshot>,
 }
 
 fn is_zero(v: &u32) -> bool {
     *v == 0
+}
+
+/// A `[notify]` section from outside tools.toml, as a snapshot keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotifySnapshot {
+    /// The file it came from (named in errors).
+    pub file: String,
+    /// Where a relative `command` runs.
+    pub cwd: String,
+    /// The section alone, as TOML.
+    pub toml: String,
+}
+
+impl Snapshot {
+    /// Where this run's events go: tools.toml's `[notify]`, else the config file's as
+    /// the run began with; `None` when neither says (or, for a snapshot damaged since,
+    /// when it no longer parses).
+    pub fn notify(&self) -> Option<crate::config::NotifyConfig> {
+        let tools = config::parse(&self.tools_toml, Path::new(&self.tools_path)).ok()?;
+        tools.notify.or_else(|| {
+            let n = self.notify.as_ref()?;
+            config::notify_section(&n.toml, Path::new(&n.file), Path::new(&n.cwd))
+                .ok()
+                .flatten()
+        })
+    }
 }
 
 /// A validated snapshot, ready to drive.
@@ -102,6 +132,8 @@ pub struct StartOptions {
     pub max_tokens: Option<u64>,
     /// Model settings from the command line: over the task's, over the defaults.
     pub settings: SettingsInput,
+    /// `[notify]` of the config file, used when tools.toml has none.
+    pub notify: Option<NotifySnapshot>,
 }
 
 pub struct Prepared {
@@ -195,6 +227,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         program_digests: crate::digest::program_digests(&cfg),
         output: task.output.clone(),
         depth: 0,
+        notify: cfg.notify.is_none().then(|| opts.notify.clone()).flatten(),
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();

@@ -10,6 +10,12 @@
 //! 3. the config file: `AGENTRUN_CONFIG`, else `.agentrun/config.toml` in that folder;
 //! 4. built-in defaults.
 //!
+//! `[notify]` (issue 24) may be in the config file too, for every project that uses it;
+//! a tools.toml with a `[notify]` of its own replaces it as a whole for its runs (the
+//! project's choice beats the person's default). Either is copied into the run's
+//! snapshot at start, so whichever process delivers an event uses what the run began
+//! with.
+//!
 //! A model from 2 or 3 is a default for tasks whose front matter names none; `--model`
 //! overrides the task. `.env` files are not read: agentrun passes its environment on
 //! to tools (through an allow-list) and to providers, and a file that silently adds
@@ -30,6 +36,20 @@ struct ConfigFile {
     model: Option<String>,
     database: Option<PathBuf>,
     tools: Option<PathBuf>,
+    /// Checked by [`crate::config::notify_section`], which names its keys.
+    notify: Option<toml::Value>,
+}
+
+/// The config file's `[notify]`, checked, as a run's snapshot keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigNotify {
+    /// The config file (named in errors).
+    pub file: PathBuf,
+    /// The project folder: where a relative `command` runs.
+    pub cwd: PathBuf,
+    /// The section alone, as TOML (`[notify]` …): no other key of the file (its
+    /// `database` may hold a password) is copied into a run.
+    pub toml: String,
 }
 
 /// Settings after precedence is applied.
@@ -43,6 +63,8 @@ pub struct Settings {
     pub model: Option<String>,
     /// tools.toml chosen by env or config (the flag is the command's own).
     pub tools: Option<PathBuf>,
+    /// `[notify]` of the config file, for runs whose tools.toml has none.
+    pub notify: Option<ConfigNotify>,
 }
 
 /// Reads the process environment and current folder.
@@ -68,6 +90,10 @@ pub fn resolve(
         Some(p) => (read_config(p)?, config_base(p)),
         None => (ConfigFile::default(), cwd.to_path_buf()),
     };
+    let notify = match (&config_path, file.notify) {
+        (Some(path), Some(section)) => Some(config_notify(path, &base, section)?),
+        _ => None,
+    };
     let non_empty = |k: &str| env(k).filter(|v| !v.is_empty());
     let (db, db_chosen) = match (db_flag, file.database) {
         (Some(p), _) => (p, true),
@@ -90,6 +116,7 @@ pub fn resolve(
         db_chosen,
         model,
         tools,
+        notify,
     })
 }
 
@@ -110,13 +137,30 @@ fn config_base(config: &Path) -> PathBuf {
     }
 }
 
+/// Checks the config file's `[notify]` (every problem, one line each, naming the file
+/// and key: exit 2) and keeps it as TOML for the run's snapshot.
+fn config_notify(path: &Path, base: &Path, section: toml::Value) -> anyhow::Result<ConfigNotify> {
+    let mut table = toml::Table::new();
+    table.insert("notify".into(), section);
+    let text = toml::to_string(&table)
+        .map_err(|e| BadInput(format!("{}: [notify]: {e}", path.display())))?;
+    // Checked in the file's own text, so errors carry its line numbers.
+    let whole = std::fs::read_to_string(path).unwrap_or_default();
+    crate::config::notify_section(&whole, path, base).map_err(|e| BadInput(e.to_string()))?;
+    Ok(ConfigNotify {
+        file: path.to_path_buf(),
+        cwd: base.to_path_buf(),
+        toml: text,
+    })
+}
+
 fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| BadInput(format!("{}: cannot read config file: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| {
         let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
         BadInput(format!(
-            "{}: {msg} (keys: model, database, tools)",
+            "{}: {msg} (keys: model, database, tools, [notify])",
             path.display()
         ))
         .into()
@@ -206,6 +250,9 @@ mod tests {
             err.starts_with(&format!("{path}: unknown field `modle`")),
             "{err}"
         );
-        assert!(err.ends_with("(keys: model, database, tools)"), "{err}");
+        assert!(
+            err.ends_with("(keys: model, database, tools, [notify])"),
+            "{err}"
+        );
     }
 }

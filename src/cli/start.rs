@@ -154,6 +154,11 @@ pub(super) fn prepare(cli: &Cli, args: &StartArgs) -> anyhow::Result<(PathBuf, s
             args.max_cost,
             args.max_duration,
         )?,
+        notify: cli.settings.notify.as_ref().map(|n| setup::NotifySnapshot {
+            file: n.file.display().to_string(),
+            cwd: n.cwd.display().to_string(),
+            toml: n.toml.clone(),
+        }),
     })?;
     let max_steps = args.max_steps.unwrap_or(prepared.max_steps);
     let max_tokens = args.max_tokens.unwrap_or(prepared.max_tokens);

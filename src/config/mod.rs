@@ -10,6 +10,7 @@ pub mod agents;
 pub mod hooks;
 mod mcp;
 mod notify;
+pub use notify::section_of as notify_section;
 pub mod preflight;
 mod raw;
 pub(crate) use raw::hint as key_hint;

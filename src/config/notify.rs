@@ -1,14 +1,20 @@
 //! `[notify]` of tools.toml (and of the config file): checked like every other section,
 //! every problem named with its key.
 
-use super::Sink;
-use super::raw::{RawNotify, Where};
+use super::raw::{RawNotify, Section, Where, read_section};
 use super::resolve::{RetryFields, resolve_retry};
 use super::types::{NotifyConfig, NotifyEvent, RetryPolicy};
+use super::{ConfigErrors, Sink};
+use std::path::Path;
 
 const PLACE: Where<'static> = Where::Section("notify");
 
-pub(super) fn resolve(raw: RawNotify, defaults: &RetryPolicy, sink: &mut Sink) -> NotifyConfig {
+pub(super) fn resolve(
+    raw: RawNotify,
+    defaults: &RetryPolicy,
+    cwd: &Path,
+    sink: &mut Sink,
+) -> NotifyConfig {
     let retry = resolve_retry(
         &RetryFields {
             timeout: raw.timeout.as_deref(),
@@ -64,5 +70,31 @@ pub(super) fn resolve(raw: RawNotify, defaults: &RetryPolicy, sink: &mut Sink) -
         events,
         public_url: raw.public_url,
         retry,
+        cwd: cwd.to_path_buf(),
     }
+}
+
+/// `[notify]` of any TOML text (the config file; a run's snapshot of it): that one
+/// section checked as tools.toml's is, every other key left to its owner. `file`
+/// names the file in errors; a relative `command` runs in `cwd`.
+pub fn section_of(
+    text: &str,
+    file: &Path,
+    cwd: &Path,
+) -> Result<Option<NotifyConfig>, ConfigErrors> {
+    let mut sink = Sink::new(file);
+    let Ok(doc) = toml::de::DeTable::parse(text) else {
+        // The file's owner reports its syntax errors.
+        return Ok(None);
+    };
+    let Some((_, value)) = doc
+        .into_inner()
+        .into_iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "notify")
+    else {
+        return Ok(None);
+    };
+    let raw: Section<RawNotify> = read_section(value, text, PLACE, &mut sink);
+    let cfg = resolve(raw.value, &RetryPolicy::default(), cwd, &mut sink);
+    sink.finish(Some(cfg))
 }

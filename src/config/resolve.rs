@@ -55,7 +55,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
     let hooks = super::hooks::resolve(raw.hooks.value, &env_defaults, &cwd, sink);
     let notify = raw
         .notify
-        .map(|n| super::notify::resolve(n.value, &defaults, sink));
+        .map(|n| super::notify::resolve(n.value, &defaults, &cwd, sink));
     ToolsConfig {
         defaults,
         policy,

@@ -274,4 +274,8 @@ pub struct NotifyConfig {
     /// carry a link to the escalation or run.
     pub public_url: Option<String>,
     pub retry: RetryPolicy,
+    /// Where `command` runs and a relative program resolves: the folder of the file
+    /// that holds the section (tools.toml's, or the project folder for the config
+    /// file), whichever process delivers.
+    pub cwd: std::path::PathBuf,
 }

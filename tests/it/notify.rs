@@ -435,3 +435,159 @@ fn a_cancelled_run_ends_with_run_ended_cancelled_whether_waiting_or_held() {
         assert_eq!(got[0]["run_id"], id.as_str(), "{db:?}");
     }
 }
+
+/// The send_email project with no `[notify]` in its tools.toml.
+fn project_without_notify(db: &Db) -> Project {
+    let p = project(db, "webhook = \"http://unused.invalid/\"");
+    let tools = std::fs::read_to_string(p.path().join("tools.toml")).expect("tools.toml");
+    let (_, rest) = tools.split_once("\n\n").expect("sections");
+    p.write("tools.toml", rest);
+    p
+}
+
+#[test]
+fn the_config_files_notify_is_used_unless_tools_toml_has_its_own_and_the_run_keeps_it() {
+    // Only the config file says where: its receiver gets every event, also the one a
+    // later process (without that config file) causes, from the run's snapshot.
+    let person = Receiver::start(200);
+    let p = project_without_notify(&Db::Sqlite);
+    let config = p.write(
+        "home/config.toml",
+        &format!(
+            "model = \"script:script.json\"\n\n[notify]\nwebhook = \"{}\"\n\
+             events = [\"escalation_filed\", \"run_ended\"]\npublic_url = \"http://review.example\"\n",
+            person.url()
+        ),
+    );
+    let config = config.display().to_string();
+    p.run_env(&["start", "task.md"], &[("AGENTRUN_CONFIG", &config)])
+        .expect_code(3);
+    std::fs::remove_file(&config).expect("rm config");
+    p.run(&["escalations", "resolve", "1", "--approve", "--resume"])
+        .expect_code(0);
+    assert_eq!(
+        person.events(),
+        ["escalation_filed", "run_ended"],
+        "the config file's events, not escalation_resolved"
+    );
+    let filed = person
+        .got()
+        .into_iter()
+        .map(|(_, b)| b)
+        .find(|b| b["event"] == "escalation_filed")
+        .expect("filed");
+    assert_eq!(filed["link"], "http://review.example/escalations/1");
+
+    // tools.toml has its own `[notify]`: the project's receiver gets the events, the
+    // person's none.
+    let person = Receiver::start(200);
+    let project_hook = Receiver::start(200);
+    let p = project(
+        &Db::Sqlite,
+        &format!("webhook = \"{}\"", project_hook.url()),
+    );
+    let config = p.write(
+        "home/config.toml",
+        &format!("[notify]\nwebhook = \"{}\"\n", person.url()),
+    );
+    let config = config.display().to_string();
+    p.run_env(&["start", "task.md"], &[("AGENTRUN_CONFIG", &config)])
+        .expect_code(3);
+    assert_eq!(project_hook.events(), ["escalation_filed"]);
+    assert!(
+        person.got().is_empty(),
+        "tools.toml's [notify] wins as a whole"
+    );
+}
+
+#[test]
+fn a_bad_notify_in_the_config_file_is_refused_naming_the_file_the_key_and_the_line() {
+    let p = project_without_notify(&Db::Sqlite);
+    let config = p.write(
+        "home/config.toml",
+        "model = \"script:script.json\"\n\n[notify]\nwebhook = \"ftp://x\"\nevents = [\"run_done\"]\n",
+    );
+    let config = config.display().to_string();
+    let r = p.run_env(&["start", "task.md"], &[("AGENTRUN_CONFIG", &config)]);
+    r.expect_code(2);
+    assert!(r.stderr.contains(&config), "{}", r.stderr);
+    assert!(r.stderr.contains("notify.webhook"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("unknown event `run_done`"),
+        "{}",
+        r.stderr
+    );
+    assert!(!p.db().exists(), "nothing was started, no database made");
+    let typo = p.write("home/typo.toml", "[notify]\nwebhok = \"https://x\"\n");
+    let r = p.run_env(
+        &["start", "task.md"],
+        &[("AGENTRUN_CONFIG", &typo.display().to_string())],
+    );
+    r.expect_code(2);
+    assert!(r.stderr.contains("webhok"), "{}", r.stderr);
+    assert!(r.stderr.contains("line 2"), "{}", r.stderr);
+}
+
+#[test]
+fn an_event_a_crash_left_pending_goes_out_with_the_next_process_whichever_it_is() {
+    let next: [(&str, &[&str]); 3] = [
+        ("start", &["start", "task.md"]),
+        ("worker", &["worker", "--until-idle", "--poll", "20ms"]),
+        ("serve", &["serve", "--addr", "127.0.0.1:0"]),
+    ];
+    for (name, args) in next {
+        let hook = Receiver::start(200);
+        let p = project(&Db::Sqlite, &format!("webhook = \"{}\"", hook.url()));
+        let killed = p.run_env(
+            &["start", "task.md"],
+            &[("AGENTRUN_CRASH_AT", "notify_after_commit")],
+        );
+        assert!(
+            killed.stderr.contains("notify_after_commit"),
+            "{name}: {}",
+            killed.stderr
+        );
+        assert!(hook.got().is_empty(), "{name}: killed before sending");
+        let mut child = p
+            .command(args)
+            .env("AGENTRUN_SERVE_TOKEN", "notify-test-token-0123456789")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        // Until the event is sent and marked (serve goes on running; the others exit).
+        let all_delivered = || {
+            let list = p
+                .run(&["notify", "list", "--all", "--json"])
+                .expect_code(0)
+                .json();
+            let rows = list.as_array().expect("array").clone();
+            !rows.is_empty() && rows.iter().all(|n| n["state"] == "delivered")
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while hook.got().is_empty() || !all_delivered() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} never delivered the pending event"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if name == "serve" {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+        assert!(all_delivered(), "{name}");
+        let got = hook.by_id();
+        // `start` files an escalation of its own new run too.
+        let runs = if name == "start" { 2 } else { 1 };
+        assert_eq!(
+            hook.events(),
+            vec!["escalation_filed"; runs],
+            "{name}: {got:?}"
+        );
+        assert!(
+            got.values().all(|(_, n)| *n == 1),
+            "{name}: once each: {got:?}"
+        );
+    }
+}

@@ -59,6 +59,7 @@ pub fn plan(parent: &Snapshot, agent: &AgentSpec) -> Result<ChildPlan, SetupErro
         program_digests: parent.program_digests.clone(),
         output: task.output.clone(),
         depth: parent.depth + 1,
+        notify: parent.notify.clone(),
     };
     Ok(ChildPlan {
         max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
