@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "bench-token-0123456789abcdef";
-
 struct Plan {
     steps: u32,
     reps: usize,
@@ -100,6 +98,8 @@ fn write_project(p: &Path, steps: u32) {
 struct Serve {
     child: Child,
     addr: String,
+    /// The one-time login link's path (`/login?code=…`) serve printed.
+    login: String,
 }
 
 impl Serve {
@@ -107,7 +107,7 @@ impl Serve {
         let mut child = Command::new(bin)
             .current_dir(dir)
             .env("AGENTRUN_DB", db)
-            .env("AGENTRUN_SERVE_TOKEN", TOKEN)
+            .env_remove("AGENTRUN_SERVE_TOKEN")
             .args(["serve", "--addr", "127.0.0.1:0"])
             .stderr(Stdio::piped())
             .spawn()
@@ -120,12 +120,19 @@ impl Serve {
             .expect("address")
             .trim_end_matches('/')
             .to_string();
+        let login = first
+            .split_whitespace()
+            .find_map(|w| {
+                w.split_once("/login?code=")
+                    .map(|(_, c)| format!("/login?code={c}"))
+            })
+            .expect("a login link");
         std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        Serve { child, addr }
+        Serve { child, addr, login }
     }
 
     fn login(&self) -> String {
-        let head = request(&self.addr, &format!("/login?token={TOKEN}"), None, false).0;
+        let head = request(&self.addr, &self.login, None, false).0;
         head.lines()
             .find_map(|l| l.strip_prefix("set-cookie: "))
             .and_then(|v| v.split(';').next())

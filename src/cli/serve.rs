@@ -11,8 +11,9 @@ use std::sync::Arc;
 /// Serve the web console: the human queue (approve, deny, modify, reply, resume) and
 /// the runs, followed live, for reviewers who never use the CLI.
 ///
-/// Access needs a token: AGENTRUN_SERVE_TOKEN, or one generated and printed at start.
-/// Open the printed link once; the browser keeps an HttpOnly session cookie. The
+/// Access needs a token: AGENTRUN_SERVE_TOKEN (paste it in the login form), or, when
+/// it is not set, the one-time login link printed at start (a new one is printed each
+/// time one is used). The browser then keeps an HttpOnly session cookie. The
 /// console listens on loopback unless --addr says otherwise, and a non-loopback
 /// address needs AGENTRUN_SERVE_TOKEN set (a printed token is for one person at
 /// one machine).
@@ -62,16 +63,16 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
             .await
             .map_err(|e| BadInput(format!("--addr {addr}: cannot listen: {e}")))?;
         let bound = listener.local_addr()?;
-        let (router, _app) = crate::serve::router(&opts, store);
+        let (router, app) = crate::serve::router(&opts, store);
         crate::serve::spawn_notifier(&opts.db);
         if given.is_some() {
             crate::errln!(
                 "agentrun: console at http://{bound}/ (log in with AGENTRUN_SERVE_TOKEN at http://{bound}/login)"
             );
         } else {
+            let link = app.login_links(format!("http://{bound}"));
             crate::errln!(
-                "agentrun: console at http://{bound}/ — open http://{bound}/login?token={} to log in",
-                opts.token
+                "agentrun: console at http://{bound}/ — open {link} to log in (the link works once; the next is printed when it is used)"
             );
         }
         crate::serve::serve(listener, router, shutdown_signal())

@@ -1,8 +1,11 @@
 //! Who may use the console: a token exchanged for a session, and CSRF tokens.
 //!
-//! The access token comes from `AGENTRUN_SERVE_TOKEN` or is generated at start and
-//! printed. Visiting `/login?token=…` (or posting the login form) with it sets an
-//! `HttpOnly; SameSite=Strict` session cookie; every other page needs that cookie
+//! The access token comes from `AGENTRUN_SERVE_TOKEN` (posted in the login form) or is
+//! generated at start and never shown: what `serve` prints then is a link with a
+//! one-time login code (`/login?code=…`, [`CODE_TTL`]). A URL is kept in browser
+//! history, shell scrollback and proxy logs, so the only secret ever put in one is
+//! worthless once used; `serve` prints the next link when one is used or expires. A
+//! correct token or code sets an `HttpOnly; SameSite=Strict` session cookie; every other page needs that cookie
 //! (else 401). Each session has its own CSRF token, put in every form; a state-changing
 //! request without it (or with another session's) is refused with 403. Sessions live
 //! in this process's memory: restarting `serve` logs everyone out, which is the safe
@@ -11,6 +14,10 @@
 use axum::http::HeaderMap;
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a printed login link works if nobody uses it.
+pub const CODE_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// The session cookie's name.
 pub const COOKIE: &str = "agentrun_session";
@@ -24,6 +31,8 @@ pub struct Session {
 pub struct Auth {
     token: String,
     sessions: Mutex<HashMap<String, Session>>,
+    /// The one login code that works now, and when it was made.
+    code: Mutex<Option<(String, Instant)>>,
 }
 
 /// 128 random bits as hex (the thread RNG is a CSPRNG).
@@ -49,6 +58,7 @@ impl Auth {
         Auth {
             token,
             sessions: Mutex::new(HashMap::new()),
+            code: Mutex::new(None),
         }
     }
 
@@ -57,6 +67,36 @@ impl Auth {
         if !same(token, &self.token) {
             return None;
         }
+        Some(self.open_session())
+    }
+
+    /// Makes a new login code (the previous one stops working).
+    pub fn new_code(&self) -> String {
+        let code = random_token();
+        *self.code.lock().unwrap_or_else(|p| p.into_inner()) = Some((code.clone(), Instant::now()));
+        code
+    }
+
+    /// Whether a code works now: no code, or an expired one, means a new link is due.
+    pub fn code_live(&self) -> bool {
+        let code = self.code.lock().unwrap_or_else(|p| p.into_inner());
+        code.as_ref().is_some_and(|(_, at)| at.elapsed() < CODE_TTL)
+    }
+
+    /// A new session id for the current, unexpired code, which is used up by it.
+    pub fn login_code(&self, given: &str) -> Option<String> {
+        let mut code = self.code.lock().unwrap_or_else(|p| p.into_inner());
+        match code.as_ref() {
+            Some((c, at)) if same(c, given) && at.elapsed() < CODE_TTL => {
+                *code = None;
+                drop(code);
+                Some(self.open_session())
+            }
+            _ => None,
+        }
+    }
+
+    fn open_session(&self) -> String {
         let id = random_token();
         let session = Session {
             csrf: random_token(),
@@ -65,7 +105,7 @@ impl Auth {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id.clone(), session);
-        Some(id)
+        id
     }
 
     /// The session the request's cookie names.
@@ -106,6 +146,24 @@ fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_login_code_opens_one_session_and_then_nothing() {
+        let auth = Auth::new("s3cret-token".into());
+        assert!(auth.login_code("").is_none(), "no code made yet");
+        assert!(!auth.code_live());
+        let old = auth.new_code();
+        let code = auth.new_code();
+        assert!(auth.login_code(&old).is_none(), "a replaced code is dead");
+        assert!(auth.code_live());
+        assert!(auth.login_code(&code).is_some());
+        assert!(auth.login_code(&code).is_none(), "used up");
+        assert!(!auth.code_live(), "a new link is due");
+        assert!(
+            auth.login_code("s3cret-token").is_none(),
+            "the token is no code"
+        );
+    }
 
     #[test]
     fn only_the_token_opens_a_session_and_only_its_csrf_passes() {

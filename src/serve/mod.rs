@@ -53,6 +53,33 @@ pub struct App {
     pub(crate) auth: auth::Auth,
     pub(crate) live: live::Live,
     pub(crate) drivers: drive::Drivers,
+    /// `http://HOST:PORT` when the token was generated: login links are printed then.
+    links: std::sync::OnceLock<String>,
+}
+
+impl App {
+    /// Turns on one-time login links (the token was generated, nobody knows it) and
+    /// returns the first: `base/login?code=…`.
+    pub fn login_links(&self, base: String) -> String {
+        let _ = self.links.set(base);
+        self.next_link().unwrap_or_default()
+    }
+
+    /// A new one-time login link, when links are on.
+    fn next_link(&self) -> Option<String> {
+        let base = self.links.get()?;
+        Some(format!("{base}/login?code={}", self.auth.new_code()))
+    }
+
+    /// Prints the next login link (the last one was used or expired).
+    fn print_next_link(&self) {
+        if let Some(link) = self.next_link() {
+            crate::errln!(
+                "agentrun: next login link (works once, for {} minutes): {link}",
+                auth::CODE_TTL.as_secs() / 60
+            );
+        }
+    }
 }
 
 /// Headers on every response: a strict Content-Security-Policy (only our own script
@@ -94,6 +121,7 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         auth: auth::Auth::new(opts.token.clone()),
         live: live::Live::default(),
         drivers: drive::Drivers::default(),
+        links: std::sync::OnceLock::new(),
     });
     let router = Router::new()
         .route("/", get(escalation::queue))
@@ -193,8 +221,8 @@ fn login_page(status: StatusCode, message: Option<&str>) -> Response {
         .map(|m| format!("<p class=\"error\">{}</p>", html::esc(m)))
         .unwrap_or_default();
     let body = format!(
-        "<h1>Log in</h1>{note}<p>Paste the access token <code>agentrun serve</code> printed \
-         (or <code>AGENTRUN_SERVE_TOKEN</code>).</p>\
+        "<h1>Log in</h1>{note}<p>Open the one-time link <code>agentrun serve</code> printed, \
+         or paste the access token (<code>AGENTRUN_SERVE_TOKEN</code>).</p>\
          <form method=\"post\" action=\"/login\"><label>Token \
          <input type=\"password\" name=\"token\" autocomplete=\"off\" required></label> \
          <button type=\"submit\">Log in</button></form>"
@@ -205,13 +233,42 @@ fn login_page(status: StatusCode, message: Option<&str>) -> Response {
 #[derive(serde::Deserialize)]
 struct LoginForm {
     token: Option<String>,
+    code: Option<String>,
 }
 
+/// `/login?code=…` (a printed one-time link) logs in; a token in the address does not
+/// (see `auth`): it belongs in the form.
 async fn login_get(State(app): State<Arc<App>>, Query(q): Query<LoginForm>) -> Response {
-    match q.token {
-        Some(t) => login_with(&app, &t),
-        None => login_page(StatusCode::OK, None),
+    if let Some(code) = q.code {
+        return match app.auth.login_code(&code) {
+            Some(id) => {
+                app.print_next_link();
+                session_redirect(&id)
+            }
+            None => {
+                // A new link only when none works: a wrong guess must not void the
+                // reviewer's link.
+                if !app.auth.code_live() {
+                    app.print_next_link();
+                }
+                login_page(
+                    StatusCode::UNAUTHORIZED,
+                    Some(
+                        "This login link was used or has expired; `agentrun serve` printed a new one.",
+                    ),
+                )
+            }
+        };
     }
+    if q.token.is_some() {
+        return login_page(
+            StatusCode::UNAUTHORIZED,
+            Some(
+                "Paste the token in the form below, not in the address (addresses are kept in history and logs).",
+            ),
+        );
+    }
+    login_page(StatusCode::OK, None)
 }
 
 async fn login_post(State(app): State<Arc<App>>, axum::Form(f): axum::Form<LoginForm>) -> Response {
@@ -220,18 +277,21 @@ async fn login_post(State(app): State<Arc<App>>, axum::Form(f): axum::Form<Login
 
 fn login_with(app: &App, token: &str) -> Response {
     match app.auth.login(token) {
-        Some(id) => {
-            let mut res = Redirect::to("/").into_response();
-            if let Ok(v) = HeaderValue::from_str(&auth::Auth::set_cookie(&id)) {
-                res.headers_mut().insert(header::SET_COOKIE, v);
-            }
-            res
-        }
+        Some(id) => session_redirect(&id),
         None => login_page(
             StatusCode::UNAUTHORIZED,
             Some("That token is not the console's."),
         ),
     }
+}
+
+/// To the queue, with the new session's cookie.
+fn session_redirect(id: &str) -> Response {
+    let mut res = Redirect::to("/").into_response();
+    if let Ok(v) = HeaderValue::from_str(&auth::Auth::set_cookie(id)) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
 }
 
 async fn css() -> impl IntoResponse {

@@ -13,10 +13,13 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// chromedriver and the browser it starts; both end when dropped.
+/// chromedriver and the browser it starts; both end when dropped, also when a test
+/// panics before [`Browser::close`] (see [`Drop`]).
 struct Browser {
     driver: Child,
     client: Option<Client>,
+    /// Chromium's profile folder, only this browser's: it marks its processes.
+    profile: tempfile::TempDir,
 }
 
 impl Browser {
@@ -35,19 +38,25 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
+        use std::os::unix::process::CommandExt;
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own group, so Drop can end chromedriver and what it started at once.
+            .process_group(0)
             .spawn()
             .expect("spawn chromedriver");
+        let profile = tempfile::tempdir().expect("profile dir");
+        let user_data = format!("--user-data-dir={}", profile.path().display());
         let mut browser = Browser {
             driver,
             client: None,
+            profile,
         };
         let caps = serde_json::json!({"goog:chromeOptions": {"args": [
             "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--window-size=1200,700"
+            "--window-size=1200,700", user_data
         ]}});
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -142,6 +151,17 @@ impl Browser {
             self.body().await.contains("Log in"),
             "no session, no console"
         );
+        // What the browser got for it, and for a run page: 401, not a page.
+        let statuses = self
+            .c()
+            .execute_async(
+                "const done = arguments[arguments.length - 1];\
+                 Promise.all(['/', '/runs'].map(p => fetch(p).then(r => r.status))).then(done);",
+                vec![],
+            )
+            .await
+            .expect("fetch");
+        assert_eq!(statuses, serde_json::json!([401, 401]), "no token, 401");
         self.fill("input[name=token]", TOKEN).await;
         self.click("form button[type=submit]").await;
         self.wait_text("h1", "Queue").await;
@@ -159,10 +179,69 @@ impl Browser {
 }
 
 impl Drop for Browser {
+    /// Kills chromedriver's process group, then any Chromium process left with this
+    /// browser's profile (Chromium may put its helpers in groups of their own): a
+    /// test that panics mid-way leaves no browser running.
     fn drop(&mut self) {
-        let _ = self.driver.kill();
+        // SAFETY: kill(2) on the group this test made (a negative pid is a group).
+        unsafe { libc::kill(-(self.driver.id() as i32), libc::SIGKILL) };
         let _ = self.driver.wait();
+        for pid in chromium_of(self.profile.path()) {
+            // SAFETY: kill(2) on a process whose command line names this profile.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
+}
+
+/// The processes whose command line names `profile` (this browser's Chromium).
+fn chromium_of(profile: &std::path::Path) -> Vec<i32> {
+    let needle = format!("--user-data-dir={}", profile.display());
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .collect()
+}
+
+/// Whether a process is gone (or only a zombie waiting to be reaped).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_browser_dropped_without_closing_as_after_a_panic_leaves_no_chromium_running() {
+    runtime().block_on(async {
+        let Some(b) = Browser::start().await else {
+            return;
+        };
+        let profile = b.profile.path().to_path_buf();
+        let chromium = chromium_of(&profile);
+        assert!(
+            !chromium.is_empty(),
+            "Chromium runs with the test's profile"
+        );
+        let driver = b.driver.id() as i32;
+        drop(b); // as a panic's unwinding does: no close()
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(gone(driver) && chromium.iter().all(|p| gone(*p))) {
+            assert!(
+                Instant::now() < deadline,
+                "left running: {:?}",
+                chromium_of(&profile)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
 }
 
 #[test]

@@ -83,7 +83,7 @@ impl Client {
     }
 
     fn login(&mut self) {
-        let p = self.get(&format!("/login?token={TOKEN}"));
+        let p = self.post("/login", &[("token", TOKEN)]);
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
         let cookie = self.cookie.clone().expect("a session cookie");
         assert!(cookie.starts_with("agentrun_session="), "{cookie}");
@@ -115,8 +115,18 @@ fn without_a_session_every_page_is_401_and_a_wrong_token_opens_none() {
         assert_eq!(page.status, StatusCode::UNAUTHORIZED, "{path}");
         assert!(page.body.contains("Log in"), "{path}: {}", page.body);
     }
-    let bad = web.get("/login?token=wrong-token-0123456789");
+    let bad = web.post("/login", &[("token", "wrong-token-0123456789")]);
     assert_eq!(bad.status, StatusCode::UNAUTHORIZED);
+    assert!(web.cookie.is_none());
+    // Not even the right token opens a session from the address bar: it belongs in
+    // the form (addresses are kept in history and logs).
+    let in_url = web.get(&format!("/login?token={TOKEN}"));
+    assert_eq!(in_url.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        in_url.body.contains("not in the address"),
+        "{}",
+        in_url.body
+    );
     assert!(web.cookie.is_none());
     let forged = web.post(
         "/escalations/1/decide",
@@ -131,7 +141,7 @@ fn the_session_cookie_is_httponly_samesite_strict_and_pages_carry_a_strict_csp()
     let (p, _id) = paused_for_approval();
     let c = Console::start(&p);
     let mut web = Client::new(&c);
-    let login = web.get(&format!("/login?token={TOKEN}"));
+    let login = web.post("/login", &[("token", TOKEN)]);
     let set = login.headers["set-cookie"].to_str().expect("ascii");
     assert!(
         set.contains("HttpOnly") && set.contains("SameSite=Strict"),
@@ -585,4 +595,33 @@ fn operator_forms_without_the_csrf_token_are_403_and_change_nothing() {
     assert_eq!(show["sent_messages"], serde_json::json!([]));
     let runs = p.run(&["runs", "list", "--json"]).expect_code(0).json();
     assert_eq!(runs.as_array().map(Vec::len), Some(1), "no fork");
+}
+
+#[test]
+fn without_a_set_token_serve_prints_one_time_login_links_and_never_the_token() {
+    let (p, _id) = paused_for_approval();
+    let c = Console::start_with(&p, None);
+    let first = super::link_in(&c.first).expect("a login link in the first line");
+    let mut web = Client::new(&c);
+    let wrong = web.get("/login?code=0123456789abcdef0123456789abcdef");
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(web.cookie.is_none());
+    let opened = web.get(&first);
+    assert_eq!(
+        opened.status,
+        StatusCode::SEE_OTHER,
+        "a wrong guess left the link working"
+    );
+    assert_eq!(web.get("/").status, StatusCode::OK, "logged in");
+    // The link is used up: someone who finds it in history or a log gets nothing.
+    let mut other = Client::new(&c);
+    let again = other.get(&first);
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED);
+    assert!(again.body.contains("used or has expired"), "{}", again.body);
+    assert!(other.cookie.is_none());
+    // serve printed the next link when the first was used; it works once too.
+    let next = c.next_link();
+    assert_ne!(next, first);
+    assert_eq!(other.get(&next).status, StatusCode::SEE_OTHER);
+    assert_eq!(other.get("/").status, StatusCode::OK);
 }

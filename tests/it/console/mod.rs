@@ -18,13 +18,26 @@ pub const TOKEN: &str = "test-token-0123456789abcdef";
 pub struct Console {
     child: Child,
     pub base: String,
+    /// Its first line on stderr (the address, and the login link when it printed one).
+    pub first: String,
+    /// Its later lines on stderr.
+    pub lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Console {
+    /// With [`TOKEN`] as `AGENTRUN_SERVE_TOKEN`.
     pub fn start(p: &Project) -> Console {
-        let mut child = p
-            .command(&["serve", "--addr", "127.0.0.1:0"])
-            .env("AGENTRUN_SERVE_TOKEN", TOKEN)
+        Console::start_with(p, Some(TOKEN))
+    }
+
+    /// With `token` as `AGENTRUN_SERVE_TOKEN`, or none (serve prints login links).
+    pub fn start_with(p: &Project, token: Option<&str>) -> Console {
+        let mut cmd = p.command(&["serve", "--addr", "127.0.0.1:0"]);
+        match token {
+            Some(t) => cmd.env("AGENTRUN_SERVE_TOKEN", t),
+            None => cmd.env_remove("AGENTRUN_SERVE_TOKEN"),
+        };
+        let mut child = cmd
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn agentrun serve");
@@ -39,9 +52,40 @@ impl Console {
             .trim_end_matches('/')
             .to_string();
         // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines.map_while(Result::ok) {});
-        Console { child, base }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Console {
+            child,
+            base,
+            first,
+            lines: rx,
+        }
     }
+
+    /// The next line on stderr that holds a login link: its path (`/login?code=…`).
+    pub fn next_link(&self) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(20))
+                .expect("serve printed a login link");
+            if let Some(path) = link_in(&line) {
+                return path;
+            }
+        }
+    }
+}
+
+/// The path of the login link in a line serve printed, if any.
+pub fn link_in(line: &str) -> Option<String> {
+    line.split_whitespace().find_map(|w| {
+        w.split_once("/login?code=")
+            .map(|(_, c)| format!("/login?code={c}"))
+    })
 }
 
 impl Drop for Console {
