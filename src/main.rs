@@ -4,6 +4,9 @@ use agentrun::cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A child being started in a sandbox (issue 22): before clap and any runtime, this
+    // process applies the policy and becomes the tool; it never returns here.
+    agentrun::tools::trampoline::run_if_asked();
     let parsed = match cli::parse() {
         Ok(parsed) => parsed,
         Err(code) => return ExitCode::from(code as u8),

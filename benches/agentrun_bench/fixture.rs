@@ -15,6 +15,9 @@ pub enum Tool {
     /// The compiled helper ([`tool`]). `idempotent = false` adds the "started" mark,
     /// one more commit per step (journal.rs module doc).
     Command { idempotent: bool },
+    /// The same helper, idempotent, with `sandbox = "workspace"` and `network = false`
+    /// (issue 22): started through the trampoline, under Landlock and seccomp.
+    Sandboxed,
     /// A GET to the bench's loopback server.
     Http(Arc<Server>),
 }
@@ -144,7 +147,7 @@ impl Project {
 
     fn take_stamps(&self) -> Vec<u64> {
         match &self.tool {
-            Tool::Command { .. } => {
+            Tool::Command { .. } | Tool::Sandboxed => {
                 let stamps = tool::read_stamps(&self.stamps);
                 let _ = std::fs::remove_file(&self.stamps);
                 stamps
@@ -158,6 +161,11 @@ fn tools_toml(tool: &Tool, stamps: &Path) -> String {
     let how = match tool {
         Tool::Command { idempotent } => format!(
             "command = {}\nidempotent = {idempotent}\n",
+            json!(tool::argv(stamps))
+        ),
+        // The stamps file is in the project folder, which the tool may write.
+        Tool::Sandboxed => format!(
+            "command = {}\nidempotent = true\nsandbox = \"workspace\"\nnetwork = false\n",
             json!(tool::argv(stamps))
         ),
         Tool::Http(server) => format!(

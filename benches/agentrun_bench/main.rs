@@ -204,11 +204,15 @@ impl Bench {
         let not_idem = self.project("command-ni", Tool::Command { idempotent: false });
         let ni_sizes = self.plan.not_idempotent.clone();
         let (ni_rows, _) = self.step_rows(&not_idem, NOT_IDEMPOTENT, &ni_sizes, 0);
+        // The sandbox's step cost (issue 22): the same tool, confined.
+        let sandboxed = self.project("command-sandboxed", Tool::Sandboxed);
+        let (sb_rows, _) = self.step_rows(&sandboxed, SANDBOXED, &sizes, 0);
         let http = self.project("http", Tool::Http(self.server.clone()));
         let mut http_sizes = sizes.clone();
         http_sizes.push((long_n, 1));
         let (http_rows, long) = self.step_rows(&http, "HTTP", &http_sizes, long_n);
         rows.extend(ni_rows);
+        rows.extend(sb_rows);
         rows.extend(http_rows);
 
         let storage = sqlite::storage(&big.0);
@@ -403,7 +407,7 @@ impl Bench {
             (
                 "idempotent step ≤ 1.5 floors",
                 1.5,
-                floors_at(&|r| r.tool != NOT_IDEMPOTENT),
+                floors_at(&|r| r.tool != NOT_IDEMPOTENT && r.tool != SANDBOXED),
             ),
             (
                 "non-idempotent step ≤ 2.5 floors",
@@ -703,6 +707,7 @@ impl Bench {
 
 /// The non-idempotent command tool's rows.
 const NOT_IDEMPOTENT: &str = "command, not idempotent";
+const SANDBOXED: &str = "command, sandboxed";
 
 struct ShowOne {
     first_ms: f64,

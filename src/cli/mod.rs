@@ -283,7 +283,11 @@ impl Cli {
 /// Opens the store; `create` only for commands that start runs.
 fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
     warn_password_in_argv(path);
-    Ok(Store::open(path, create)?)
+    let store = Store::open(path, create)?;
+    if let Store::Sqlite(_) = store {
+        crate::tools::sandbox::protect_database(path);
+    }
+    Ok(store)
 }
 
 /// Warns once per process when the database URL carries a password and came from the

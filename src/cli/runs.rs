@@ -561,6 +561,41 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
     Ok(v)
 }
 
+/// What the run's tools that start a process were confined to (issue 22), from its
+/// config snapshot: one line, tools with the same sandbox grouped; none when no tool
+/// of the run is confined.
+fn sandbox_field(store: &Store, id: &RunId) -> Option<(&'static str, String)> {
+    let snapshot: crate::setup::Snapshot = serde_json::from_str(&store.snapshot(id).ok()?).ok()?;
+    let cfg = crate::config::parse(
+        &snapshot.tools_toml,
+        std::path::Path::new(&snapshot.tools_path),
+    )
+    .ok()?;
+    // Runs with no sandbox at all keep the header they had (no line).
+    let sandboxed = cfg.tools.values().any(|t| {
+        cfg.sandbox_of(t)
+            .is_some_and(crate::config::Sandbox::confines)
+    });
+    if !sandboxed {
+        return None;
+    }
+    let mut groups: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for t in cfg.tools.values() {
+        let offered = snapshot
+            .tool_subset
+            .as_ref()
+            .is_none_or(|s| s.contains(&t.name));
+        if let Some(sb) = cfg.sandbox_of(t).filter(|_| offered) {
+            groups.entry(sb.describe()).or_default().push(&t.name);
+        }
+    }
+    let text: Vec<String> = groups
+        .into_iter()
+        .map(|(sb, names)| format!("{sb} ({})", names.join(", ")))
+        .collect();
+    (!text.is_empty()).then(|| ("sandbox", text.join("; ")))
+}
+
 fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     if cli.json {
         // Streamed: first output at once, flat memory on a 100,000-step run (issue 14).
@@ -572,7 +607,8 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     let row = store.run(id)?;
     let escalations = store.escalations_for_run(id)?;
     let models = models(store, id);
-    let spend = header_fields(store, id);
+    let mut spend = header_fields(store, id);
+    spend.extend(sandbox_field(store, id));
     let head = super::runs_show::Head {
         row: &row,
         escalations: &escalations,

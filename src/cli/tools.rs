@@ -44,13 +44,27 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     });
     match checked {
         Ok(cfg) => {
+            // Each tool's sandbox (issue 22): what its process may touch.
+            let sandbox = |t: &config::ToolDef| {
+                cfg.sandbox_of(t)
+                    .map_or_else(|| "no process".to_string(), config::Sandbox::describe)
+            };
             if cli.json {
                 let names: Vec<&String> = cfg.tools.keys().collect();
-                super::output::print_json(&serde_json::json!({"ok": true, "tools": names}))?;
+                let sandboxes: serde_json::Map<String, serde_json::Value> = cfg
+                    .tools
+                    .values()
+                    .map(|t| (t.name.clone(), sandbox(t).into()))
+                    .collect();
+                super::output::print_json(
+                    &serde_json::json!({"ok": true, "tools": names, "sandbox": sandboxes}),
+                )?;
             } else {
                 crate::outln!("{}: ok, {} tool(s)", tools.display(), cfg.tools.len())?;
                 for t in cfg.tools.values() {
-                    crate::outln!("  {:<20} {}", t.name, t.description)?;
+                    let description = crate::render::text::plain(&t.description);
+                    crate::outln!("  {:<20} {}", t.name, description)?;
+                    crate::outln!("  {:<20} ({})", "", sandbox(t))?;
                 }
             }
             Ok(Exit::Completed)

@@ -216,6 +216,12 @@ fn resolve_one(
         env: &raw.env,
         set: &raw.set,
         inherit: raw.inherit.as_deref(),
+        // A hook runs in `[defaults]`'s sandbox (issue 22); it has no keys of its own.
+        sandbox: super::resolve::SandboxKeys {
+            sandbox: None,
+            writable: &None,
+            network: None,
+        },
     };
     let command = command_spec(
         raw.command,

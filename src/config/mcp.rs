@@ -141,6 +141,9 @@ fn transport(
                 ("env", raw.env.is_some()),
                 ("set", raw.set.is_some()),
                 ("inherit", raw.inherit.is_some()),
+                ("sandbox", raw.sandbox.is_some()),
+                ("writable", raw.writable.is_some()),
+                ("network", raw.network.is_some()),
             ] {
                 if set {
                     let msg = format!("only stdio servers (`command`) take `{key}`");
@@ -182,6 +185,11 @@ fn transport(
         env: &raw.env,
         set: &raw.set,
         inherit: raw.inherit.as_deref(),
+        sandbox: super::resolve::SandboxKeys {
+            sandbox: raw.sandbox.as_deref(),
+            writable: &raw.writable,
+            network: raw.network,
+        },
     };
     McpTransport::Stdio(command_spec(
         argv,

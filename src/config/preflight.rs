@@ -10,14 +10,15 @@
 //! They are not part of `parse`, because a resumed run re-reads its snapshot with
 //! `parse`: a machine that changed since must not make a stored run unreadable.
 
-use super::{ConfigError, McpTransport, ToolKind, ToolsConfig};
+use super::{ConfigError, McpTransport, Sandbox, SandboxMode, ToolKind, ToolsConfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// What the checks read from the process: injectable so tests never depend on the
-/// machine's PATH or environment.
+/// machine's PATH, environment or kernel.
 pub struct Env<'a> {
     pub var: &'a dyn Fn(&str) -> Option<OsString>,
+    pub kernel: Support,
 }
 
 impl Env<'static> {
@@ -25,8 +26,78 @@ impl Env<'static> {
     pub fn process() -> Env<'static> {
         Env {
             var: &|name| std::env::var_os(name),
+            kernel: Support::probe(),
         }
     }
+}
+
+/// What this kernel offers, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Support {
+    /// The Landlock ABI version; 0 when Landlock is missing or disabled.
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+}
+
+impl Support {
+    pub fn probe() -> Support {
+        static ONCE: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
+        *ONCE.get_or_init(|| Support {
+            landlock_abi: landlock_abi(),
+            seccomp: seccomp_available(),
+        })
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer and size 0 this only returns the version.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(v).unwrap_or(0).max(0)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn landlock_abi() -> i32 {
+    0
+}
+
+#[cfg(target_os = "linux")]
+fn seccomp_available() -> bool {
+    // SAFETY: PR_GET_SECCOMP takes no pointers; it fails with EINVAL when the kernel
+    // was built without seccomp.
+    let on = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
+    on && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn seccomp_available() -> bool {
+    false
+}
+
+/// What this kernel lacks to enforce `sandbox`, in words for a person; `None` when
+/// everything it asks for is enforceable (DESIGN §7: never a silent no-op).
+pub fn sandbox_missing(sandbox: &Sandbox, support: Support) -> Option<String> {
+    let mut lacks = Vec::new();
+    if sandbox.mode != SandboxMode::Off && support.landlock_abi < 1 {
+        lacks.push(if cfg!(target_os = "linux") {
+            "Landlock (Linux 5.13 or later, enabled at boot: `lsm=…,landlock`; \
+             `cat /sys/kernel/security/lsm` lists the active ones)"
+        } else {
+            "Landlock (the sandbox is Linux-only so far)"
+        });
+    }
+    if !sandbox.network && !support.seccomp {
+        lacks.push("seccomp filters (for `network = false`)");
+    }
+    (!lacks.is_empty()).then(|| lacks.join(" and "))
 }
 
 /// Interpreters people type; a name on PATH within two edits of a missing one is
@@ -77,6 +148,9 @@ pub fn check(
                 for m in command_problems(&spec.argv, &spec.cwd, env) {
                     problem(m);
                 }
+                if let Some(m) = sandbox_problem(&spec.sandbox, env) {
+                    problem(m);
+                }
             }
             ToolKind::Http(spec) => {
                 for (header, value) in &spec.headers {
@@ -124,7 +198,11 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
     let mut out = Vec::new();
     for (name, server) in &cfg.mcp {
         let messages = match &server.transport {
-            McpTransport::Stdio(spec) => command_problems(&spec.argv, &spec.cwd, env),
+            McpTransport::Stdio(spec) => {
+                let mut m = command_problems(&spec.argv, &spec.cwd, env);
+                m.extend(sandbox_problem(&spec.sandbox, env));
+                m
+            }
             McpTransport::Http { headers, .. } => headers
                 .iter()
                 .flat_map(|(header, value)| {
@@ -144,6 +222,23 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
         }));
     }
     out
+}
+
+/// Issue 22, DESIGN §7: a sandbox the kernel cannot enforce stops the run before it
+/// starts, never a silent no-op.
+fn sandbox_problem(sandbox: &Sandbox, env: &Env<'_>) -> Option<String> {
+    let lacks = sandbox_missing(sandbox, env.kernel)?;
+    Some(format!(
+        "sandbox: this kernel cannot enforce `sandbox = \"{}\"`{}: it lacks {lacks}; \
+         run on a kernel that has it, or set `sandbox = \"off\"` (and `network = true`) \
+         for this tool to run it unconfined",
+        sandbox.mode.as_str(),
+        if sandbox.network {
+            ""
+        } else {
+            " with `network = false`"
+        },
+    ))
 }
 
 /// The tools a run may call: `only` plus every fallback reachable from them.
@@ -386,8 +481,33 @@ fn agent_problem(
 mod tests {
     use super::*;
 
+    /// A kernel with every sandbox feature, so tests do not depend on this machine's.
+    const FULL_KERNEL: Support = Support {
+        landlock_abi: 7,
+        seccomp: true,
+    };
+
+    #[test]
+    fn a_kernel_without_landlock_is_named_as_sandbox_missing() {
+        let sb = Sandbox {
+            mode: SandboxMode::Workspace,
+            writable: Vec::new(),
+            network: false,
+        };
+        let none = Support {
+            landlock_abi: 0,
+            seccomp: false,
+        };
+        let why = sandbox_missing(&sb, none).unwrap();
+        assert!(why.contains("Landlock") && why.contains("seccomp"), "{why}");
+        assert_eq!(sandbox_missing(&Sandbox::default(), none), None);
+    }
+
     fn no_env() -> Env<'static> {
-        Env { var: &|_| None }
+        Env {
+            var: &|_| None,
+            kernel: FULL_KERNEL,
+        }
     }
 
     #[test]
@@ -401,6 +521,7 @@ mod tests {
     fn unset_header_variables_are_named_once() {
         let env = Env {
             var: &|n| (n == "SET").then(|| OsString::from("x")),
+            kernel: FULL_KERNEL,
         };
         assert_eq!(
             unset_vars("Bearer ${TOKEN} ${SET} ${TOKEN}", &env),

@@ -28,6 +28,10 @@ pub struct RawDefaults {
     pub env: Option<Vec<String>>,
     /// `"all"`: command tools inherit the whole environment minus secrets.
     pub inherit: Option<String>,
+    /// The sandbox of every command tool and stdio MCP server (issue 22).
+    pub sandbox: Option<String>,
+    pub writable: Option<Vec<String>>,
+    pub network: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -68,6 +72,9 @@ pub struct RawTool {
     /// Variables set for a command tool: `{ NAME = "value" }`.
     pub set: Option<BTreeMap<String, String>>,
     pub inherit: Option<String>,
+    pub sandbox: Option<String>,
+    pub writable: Option<Vec<String>>,
+    pub network: Option<bool>,
     pub timeout: Option<String>,
     pub attempts: Option<i64>,
     pub backoff: Option<String>,
@@ -94,6 +101,10 @@ pub struct RawMcp {
     pub env: Option<Vec<String>>,
     pub set: Option<BTreeMap<String, String>>,
     pub inherit: Option<String>,
+    /// stdio: the sandbox, as for a command tool.
+    pub sandbox: Option<String>,
+    pub writable: Option<Vec<String>>,
+    pub network: Option<bool>,
     /// The subset of the server's tools to offer; default all it lists.
     pub tools: Option<Vec<String>>,
     pub timeout: Option<String>,
@@ -445,7 +456,10 @@ mod tests {
                 "max_backoff",
                 "max_retry_after",
                 "env",
-                "inherit"
+                "inherit",
+                "sandbox",
+                "writable",
+                "network",
             ]
         );
         assert_eq!(field_names::<RawHttp>(), ["method", "url", "headers"]);

@@ -28,10 +28,23 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         max_backoff: d.max_backoff.as_deref(),
         max_retry_after: d.max_retry_after.as_deref(),
     };
+    let cwd = command_cwd(origin);
+    let sandbox_keys = SandboxKeys {
+        sandbox: d.sandbox.as_deref(),
+        writable: &d.writable,
+        network: d.network,
+    };
     let env_defaults = EnvDefaults {
         env: d.env.clone().unwrap_or_default(),
         inherit_all: inherit(d.inherit.as_deref(), Where::Section("defaults"), sink)
             .unwrap_or(false),
+        sandbox: sandbox(
+            &sandbox_keys,
+            &Sandbox::default(),
+            &cwd,
+            Where::Section("defaults"),
+            sink,
+        ),
     };
     check_env_names(&env_defaults.env, Where::Section("defaults"), sink);
     let defaults = resolve_retry(
@@ -41,7 +54,6 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         sink,
     );
     let policy = resolve_policy(raw.policy.value, sink);
-    let cwd = command_cwd(origin);
     let mut tools = BTreeMap::new();
     let mut props = BTreeMap::new();
     for (name, section) in raw.tools {
@@ -88,6 +100,60 @@ pub(super) struct RetryFields<'a> {
 pub(super) struct EnvDefaults {
     pub env: Vec<String>,
     pub inherit_all: bool,
+    pub sandbox: Sandbox,
+}
+
+/// The sandbox keys as written, in `[defaults]`, a tool or a stdio MCP server.
+pub(super) struct SandboxKeys<'a> {
+    pub sandbox: Option<&'a str>,
+    pub writable: &'a Option<Vec<String>>,
+    pub network: Option<bool>,
+}
+
+/// `sandbox`, `writable` and `network` over `base` (`[defaults]`'s, or the built-in).
+pub(super) fn sandbox(
+    keys: &SandboxKeys<'_>,
+    base: &Sandbox,
+    cwd: &Path,
+    place: Where<'_>,
+    sink: &mut Sink,
+) -> Sandbox {
+    let mut out = base.clone();
+    if let Some(mode) = keys.sandbox {
+        match SandboxMode::parse(mode) {
+            Some(m) => out.mode = m,
+            None => sink.key(
+                place,
+                "sandbox",
+                format!("must be \"workspace\", \"read-only\" or \"off\", not {mode:?}"),
+            ),
+        }
+    }
+    if let Some(paths) = keys.writable {
+        out.writable = Vec::new();
+        for (i, p) in paths.iter().enumerate() {
+            if p.trim().is_empty() {
+                sink.key(place, &format!("writable[{i}]"), "must name a path".into());
+                continue;
+            }
+            let p = expand_home(p);
+            let joined = cwd.join(p);
+            out.writable
+                .push(std::path::absolute(&joined).unwrap_or(joined));
+        }
+    }
+    if let Some(n) = keys.network {
+        out.network = n;
+    }
+    out
+}
+
+/// `~/x` as `$HOME/x` (writable paths are often under the home folder).
+fn expand_home(p: &str) -> PathBuf {
+    match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(p),
+    }
 }
 
 /// `inherit = "all"` is the only value; `None` when absent or wrong (reported).
@@ -364,6 +430,11 @@ fn resolve_kind(
         env: &raw.env,
         set: &raw.set,
         inherit: raw.inherit.as_deref(),
+        sandbox: SandboxKeys {
+            sandbox: raw.sandbox.as_deref(),
+            writable: &raw.writable,
+            network: raw.network,
+        },
     };
     ToolKind::Command(command_spec(
         argv,
@@ -382,6 +453,7 @@ pub(super) struct ChildEnv<'a> {
     pub env: &'a Option<Vec<String>>,
     pub set: &'a Option<BTreeMap<String, String>>,
     pub inherit: Option<&'a str>,
+    pub sandbox: SandboxKeys<'a>,
 }
 
 /// A child process's spec: `[defaults]` env names plus its own, its `set`, and
@@ -406,6 +478,7 @@ pub(super) fn command_spec(
         }
     }
     let inherit_all = inherit(raw.inherit, place, sink).unwrap_or(env_defaults.inherit_all);
+    let sandbox = sandbox(&raw.sandbox, &env_defaults.sandbox, cwd, place, sink);
     CommandSpec {
         argv,
         program: None,
@@ -414,6 +487,7 @@ pub(super) fn command_spec(
         inherit_all,
         cwd: cwd.to_path_buf(),
         output_cap,
+        sandbox,
     }
 }
 
@@ -459,6 +533,16 @@ fn http_spec(
         if present {
             let msg =
                 format!("only command tools take `{key}`; http tools read `${{VAR}}` in headers");
+            sink.key(place, key, msg);
+        }
+    }
+    for (key, present) in [
+        ("sandbox", raw.sandbox.is_some()),
+        ("writable", raw.writable.is_some()),
+        ("network", raw.network.is_some()),
+    ] {
+        if present {
+            let msg = format!("only command tools take `{key}`; an http tool runs no process");
             sink.key(place, key, msg);
         }
     }

@@ -90,6 +90,7 @@ fn command(argv: &[&str]) -> ToolKind {
         inherit_all: false,
         cwd: PathBuf::from("conf"),
         output_cap: DEFAULT_OUTPUT_CAP,
+        sandbox: Default::default(),
     })
 }
 
@@ -256,7 +257,7 @@ fn unknown_keys_are_named_with_where_and_a_suggestion() {
         &text,
         &[
             "tools.toml: unknown key `tool` at top level (line 1, column 2); did you mean `tools`?",
-            "tools.toml: defaults: unknown key `retries` (line 3, column 1); expected one of: timeout, attempts, backoff, max_backoff, max_retry_after, env, inherit",
+            "tools.toml: defaults: unknown key `retries` (line 3, column 1); expected one of: timeout, attempts, backoff, max_backoff, max_retry_after, env, inherit, sandbox, writable, network",
             "tools.toml: tool `a`: unknown key `timout` (line 7, column 1); did you mean `timeout`?",
         ],
     );

@@ -105,6 +105,102 @@ pub struct CommandSpec {
     pub cwd: std::path::PathBuf,
     /// stdout beyond this many bytes is cut with a note.
     pub output_cap: usize,
+    /// What the child may touch (issue 22): `sandbox`, `writable`, `network`.
+    pub sandbox: Sandbox,
+}
+
+impl ToolsConfig {
+    /// The sandbox a tool's process runs in: a command tool's own, an MCP tool's
+    /// server's (stdio); `None` for tools that start no process (HTTP, MCP over HTTP).
+    pub fn sandbox_of<'a>(&'a self, tool: &'a ToolDef) -> Option<&'a Sandbox> {
+        match &tool.kind {
+            ToolKind::Command(spec) => Some(&spec.sandbox),
+            ToolKind::Mcp(spec) => match &self.mcp.get(&spec.server)?.transport {
+                McpTransport::Stdio(spec) => Some(&spec.sandbox),
+                McpTransport::Http { .. } => None,
+            },
+            ToolKind::Http(_) => None,
+        }
+    }
+}
+
+/// `sandbox = "workspace" | "read-only" | "off"` (issue 22, DESIGN §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Runs with all of the user's rights (the default for a tools.toml that does not
+    /// say, so configs written before the sandbox keep working).
+    #[default]
+    Off,
+    /// Reads everywhere except credential stores; writes in the tool's folder, a
+    /// per-call temp dir and `writable`.
+    Workspace,
+    /// As `Workspace`, but no writes in the tool's folder.
+    ReadOnly,
+}
+
+impl SandboxMode {
+    pub fn parse(s: &str) -> Option<SandboxMode> {
+        match s {
+            "off" => Some(SandboxMode::Off),
+            "workspace" => Some(SandboxMode::Workspace),
+            "read-only" => Some(SandboxMode::ReadOnly),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Off => "off",
+            SandboxMode::Workspace => "workspace",
+            SandboxMode::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// A child's confinement: the mode, extra writable paths, and whether it may open
+/// network connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub mode: SandboxMode,
+    /// Absolute paths (relative ones in tools.toml count from its folder).
+    pub writable: Vec<std::path::PathBuf>,
+    /// `false`: no new IPv4/IPv6 sockets, loopback included.
+    pub network: bool,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox {
+            mode: SandboxMode::Off,
+            writable: Vec::new(),
+            network: true,
+        }
+    }
+}
+
+impl Sandbox {
+    /// Whether anything is enforced (the child then starts through the trampoline).
+    pub fn confines(&self) -> bool {
+        self.mode != SandboxMode::Off || !self.network
+    }
+
+    /// One line for `tools check` and `runs show`: `workspace, network off, writable: /x`.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "sandbox {}, network {}",
+            self.mode.as_str(),
+            if self.network { "on" } else { "off" }
+        );
+        if !self.writable.is_empty() && self.mode != SandboxMode::Off {
+            let paths: Vec<String> = self
+                .writable
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            s.push_str(&format!(", writable: {}", paths.join(" ")));
+        }
+        s
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

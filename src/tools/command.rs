@@ -19,6 +19,7 @@
 
 use super::CallContext;
 use super::outcome::{AttemptResult, ErrorClass, ErrorKind, ToolError};
+use super::sandbox;
 use crate::config::types::{CommandSpec, ToolDef};
 use crate::redact::{self, Secrets};
 use serde_json::Value;
@@ -43,7 +44,8 @@ pub async fn run(
     args: &Value,
     ctx: &CallContext<'_>,
 ) -> AttemptResult {
-    let (mut cmd, secrets) = build(spec, &def.name, ctx)?;
+    let tmp = CallTemp::for_sandbox(spec, ctx.key);
+    let (mut cmd, secrets) = build(spec, &def.name, tmp.as_ref().map(CallTemp::path), ctx)?;
     descendants::become_subreaper();
     let run = Run {
         name: &def.name,
@@ -53,6 +55,10 @@ pub async fn run(
     let result = run_child(&mut cmd, spec, run, ctx.key)
         .await
         .and_then(|(status, out, err)| classify(&def.name, status, &out, &err));
+    let result = sandbox_denied(spec, &def.name, result);
+    if let Some(tmp) = tmp {
+        tmp.done(&result);
+    }
     super::redacted(result, &secrets)
 }
 
@@ -75,19 +81,24 @@ pub async fn run_hook(
     input: &Value,
     ctx: &CallContext<'_>,
 ) -> Result<HookExit, ToolError> {
-    let (mut cmd, secrets) = build(spec, name, ctx)?;
+    // A hook is sandboxed like a command tool (issue 26), with a temp dir of its own
+    // that does not outlive it.
+    let tmp = CallTemp::for_sandbox(spec, &format!("{}-{name}", ctx.key));
+    let (mut cmd, secrets) = build(spec, name, tmp.as_ref().map(CallTemp::path), ctx)?;
     descendants::become_subreaper();
     let run = Run {
         name,
         timeout,
         input: input.to_string(),
     };
-    let (status, out, err) = run_child(&mut cmd, spec, run, ctx.key)
-        .await
-        .map_err(|mut e| {
-            e.message = secrets.text(&e.message);
-            e
-        })?;
+    let ran = run_child(&mut cmd, spec, run, ctx.key).await;
+    if let Some(tmp) = tmp {
+        tmp.remove();
+    }
+    let (status, out, err) = ran.map_err(|mut e| {
+        e.message = secrets.text(&e.message);
+        e
+    })?;
     Ok(HookExit {
         code: status.code(),
         stdout: secrets.text(&out.text()),
@@ -100,6 +111,66 @@ struct Run<'a> {
     name: &'a str,
     timeout: Duration,
     input: String,
+}
+
+/// A sandboxed tool that failed saying it was refused access is `permission_denied`,
+/// with a hint naming what it was denied (DESIGN §7).
+fn sandbox_denied(spec: &CommandSpec, tool: &str, result: AttemptResult) -> AttemptResult {
+    match result {
+        Err(e) if spec.sandbox.confines() && e.kind == ErrorKind::ToolBug => {
+            match sandbox::denial(&spec.sandbox, &e.message) {
+                Some(hint) => Err(ToolError::new(
+                    ErrorKind::PermissionDenied,
+                    format!("{tool}: {hint}"),
+                )),
+                None => Err(e),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The per-call temp dir of a sandboxed tool (its `TMPDIR`, writable): named after the
+/// call's idempotency key, so every attempt of the call finds what the last one left
+/// there (a tool counting its own attempts does); removed once the call cannot be
+/// retried (success, or a failure that is not transient).
+struct CallTemp(std::path::PathBuf);
+
+impl CallTemp {
+    fn for_sandbox(spec: &CommandSpec, key: &str) -> Option<CallTemp> {
+        if spec.sandbox.mode == crate::config::SandboxMode::Off {
+            return None;
+        }
+        let safe: String = key
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("agentrun-call-{safe}"));
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => Some(CallTemp(dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {
+                Some(CallTemp(dir))
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// Removes the dir unless `result` may be retried.
+    fn done(self, result: &AttemptResult) {
+        let retried = matches!(result, Err(e) if e.kind.class() == ErrorClass::Transient);
+        if !retried {
+            self.remove();
+        }
+    }
+
+    fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 async fn run_child(
@@ -176,13 +247,19 @@ async fn run_child(
 fn build(
     spec: &CommandSpec,
     name: &str,
+    tmp: Option<&std::path::Path>,
     ctx: &CallContext<'_>,
 ) -> Result<(tokio::process::Command, Secrets), ToolError> {
     let extra = [
         ("AGENTRUN_RUN_ID", ctx.run_id),
         ("AGENTRUN_CALL_ID", ctx.key),
     ];
-    let mut child = super::spawn::command(spec, &extra).map_err(|e| {
+    // A sandboxed tool starts through the trampoline anyway: it dies with agentrun too.
+    let before = super::spawn::Before {
+        tmp,
+        die_with_parent: spec.sandbox.confines(),
+    };
+    let mut child = super::spawn::command(spec, &extra, before).map_err(|e| {
         let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
         ToolError::new(
             ErrorKind::ToolBug,
@@ -670,6 +747,7 @@ mod tests {
             inherit_all,
             cwd: ".".into(),
             output_cap: 1024,
+            sandbox: Default::default(),
         }
     }
 

@@ -5,8 +5,10 @@ pub mod command;
 pub mod http;
 pub mod mcp;
 pub mod outcome;
+pub mod sandbox;
 pub mod schema;
 pub mod spawn;
+pub mod trampoline;
 
 use crate::clock::Clock;
 use crate::config::types::{ToolDef, ToolKind};

@@ -13,8 +13,8 @@
 //! - the environment is built explicitly ([`super::command::child_env`]), the child
 //!   leads its own process group (`process_group(0)`, which `posix_spawn` supports);
 //! - nothing here may add a `pre_exec` closure. What must happen in the child before
-//!   exec (a sandbox, a death signal) belongs in a helper that is itself spawned this
-//!   way and then execs the program.
+//!   exec (the sandbox, a death signal: [`Before`]) is done by agentrun's trampoline
+//!   ([`super::trampoline`]), itself spawned this way, which then execs the program.
 
 use super::command::{ChildEnv, child_env};
 use crate::config::{CommandSpec, McpTransport, ToolKind, ToolsConfig};
@@ -28,6 +28,9 @@ pub enum SpawnError {
     EmptyArgv,
     #[error("`{0}` is not on PATH")]
     NotOnPath(String),
+    /// The sandbox could not be set up (agentrun cannot find its own executable).
+    #[error("{0}")]
+    Trampoline(String),
 }
 
 /// A child ready to start: the caller sets its stdio (and `kill_on_drop`) and spawns.
@@ -37,9 +40,27 @@ pub struct Prepared {
     pub env: ChildEnv,
 }
 
+/// What must hold in the child before it execs its program (issue 22). Anything here
+/// sends the spawn through the trampoline ([`super::trampoline`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Before<'a> {
+    /// The per-call temp dir of a sandboxed child (its `TMPDIR`, writable to it).
+    pub tmp: Option<&'a Path>,
+    /// Kill the child when agentrun dies (`PR_SET_PDEATHSIG`): MCP servers, which
+    /// outlive any one call.
+    pub die_with_parent: bool,
+}
+
 /// A command for `spec` with agentrun's own variables `extra` added to its environment.
-/// Its program is `spec.program` when the run resolved it, else resolved now.
-pub fn command(spec: &CommandSpec, extra: &[(&str, &str)]) -> Result<Prepared, SpawnError> {
+/// Its program is `spec.program` when the run resolved it, else resolved now. A child
+/// whose sandbox confines anything, or that must die with agentrun, starts as
+/// agentrun's trampoline, which applies that and then execs the program — spawned the
+/// same way, so it costs one more exec, never a fork of agentrun.
+pub fn command(
+    spec: &CommandSpec,
+    extra: &[(&str, &str)],
+    before: Before<'_>,
+) -> Result<Prepared, SpawnError> {
     let Some(arg0) = spec.argv.first() else {
         return Err(SpawnError::EmptyArgv);
     };
@@ -48,14 +69,28 @@ pub fn command(spec: &CommandSpec, extra: &[(&str, &str)]) -> Result<Prepared, S
         None => resolve(spec, std::env::var_os("PATH").as_deref())?,
     };
     let env = child_env(std::env::vars_os(), spec);
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.arg0(arg0)
-        .args(&spec.argv[1..])
-        .current_dir(&spec.cwd)
+    let mut cmd = match super::trampoline::policy(spec, before) {
+        None => {
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.arg0(arg0).args(&spec.argv[1..]);
+            cmd
+        }
+        Some(policy) => {
+            let (me, argv) = super::trampoline::wrap(&policy, &program, arg0, &spec.argv[1..])
+                .map_err(SpawnError::Trampoline)?;
+            let mut cmd = tokio::process::Command::new(me);
+            cmd.args(argv);
+            cmd
+        }
+    };
+    cmd.current_dir(&spec.cwd)
         .env_clear()
         .envs(env.vars.iter().map(|(k, v)| (k, v)))
         .envs(extra.iter().copied())
         .process_group(0);
+    if let Some(tmp) = before.tmp {
+        cmd.env("TMPDIR", tmp);
+    }
     Ok(Prepared { cmd, env })
 }
 

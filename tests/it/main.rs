@@ -43,6 +43,7 @@ mod queue;
 mod reading_runs;
 mod recovery_e2e;
 mod redaction;
+mod sandbox;
 mod scale;
 mod spawn;
 mod steering;

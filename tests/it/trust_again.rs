@@ -72,3 +72,67 @@ fn man_dir_does_not_write_through_a_planted_symlink() {
     assert!(run.stderr.contains("symbolic link"), "{run}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 }
+
+// ---- MCP servers die with agentrun ---------------------------------------------------
+
+/// Whether `pid` is still a live process (a zombie counts as dead).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+/// Polls `f` every few milliseconds for up to 20 s.
+fn eventually(f: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Issue 22: a stdio MCP server that ignores EOF outlived an agentrun killed with -9.
+/// This one never answers and never reads its input; it dies with agentrun all the same
+/// (PR_SET_PDEATHSIG, set by the trampoline before the server's program starts).
+#[test]
+fn a_stdio_mcp_server_ignoring_eof_dies_when_agentrun_is_killed_9() {
+    let p = Project::new();
+    p.script(
+        "server.sh",
+        "#!/bin/sh\ntrap '' HUP TERM INT PIPE\necho $$ > server.pid\nexec sleep 600\n",
+    );
+    p.write("tools.toml", "[mcp.deaf]\ncommand = [\"./server.sh\"]\n");
+    p.model_script(json!([{ "text": "never reached" }]));
+    p.task("", "Start.");
+    let mut agent = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn agentrun");
+    let pid_file = p.path().join("server.pid");
+    assert!(eventually(
+        || std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+    ));
+    let server: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(server));
+    agent.kill().expect("kill -9 agentrun");
+    agent.wait().expect("reap agentrun");
+    let gone = eventually(|| !alive(server));
+    if !gone {
+        // SAFETY: kill(2); the test cleans up what it started.
+        unsafe { libc::kill(server, libc::SIGKILL) };
+    }
+    assert!(gone, "the MCP server {server} outlived agentrun");
+}

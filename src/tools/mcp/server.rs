@@ -405,7 +405,13 @@ impl State {
         let service = match &self.def.transport {
             McpTransport::Stdio(spec) => {
                 let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
-                let mut child = crate::tools::spawn::command(spec, &[])
+                // Through the trampoline: the server dies with agentrun, even killed
+                // with -9 (PR_SET_PDEATHSIG), and runs in its sandbox (issue 22).
+                let before = crate::tools::spawn::Before {
+                    tmp: None,
+                    die_with_parent: true,
+                };
+                let mut child = crate::tools::spawn::command(spec, &[], before)
                     .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
                 child.cmd.kill_on_drop(true);
                 let (transport, stderr) = TokioChildProcess::builder(child.cmd)

@@ -142,6 +142,7 @@ impl Harness {
                 inherit_all: false,
                 cwd: self.path().to_path_buf(),
                 output_cap: DEFAULT_OUTPUT_CAP,
+                sandbox: Default::default(),
             }),
         )
     }

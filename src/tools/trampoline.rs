@@ -1,0 +1,100 @@
+//! The trampoline (issue 22; the spawn design of issue 23): what must happen in a
+//! child before it execs its program — the sandbox, the death signal — without a
+//! `pre_exec` closure, which would make the standard library fork all of agentrun.
+//!
+//! [`super::spawn::command`] spawns agentrun *itself* (the absolute path of its own
+//! executable, resolved once) with `posix_spawn`, as `agentrun __exec-tool POLICY PROGRAM ARGV0 [ARGS…]`. `main`
+//! hands that to [`run_if_asked`] before parsing anything or starting a runtime; it
+//! applies the policy to its own, single-threaded process and execs `PROGRAM` with the
+//! environment it was given. The pid, the process group and the pipes stay the
+//! tool's, so everything that watches the child (timeouts, group kills) is unchanged.
+
+use super::sandbox::{self, Policy};
+use crate::config::CommandSpec;
+use std::ffi::{OsStr, OsString};
+use super::spawn::Before;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// The reserved first argument. Not a subcommand: clap never sees it.
+pub const ARG: &str = "__exec-tool";
+
+/// Exit status when the policy cannot be applied: `EX_SOFTWARE`, a `tool_bug`, with
+/// the reason on stderr (the tool never ran).
+const SETUP_FAILED: i32 = 70;
+
+/// agentrun's own executable, resolved once.
+fn me() -> Option<&'static Path> {
+    static ME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    ME.get_or_init(|| std::env::current_exe().ok()).as_deref()
+}
+
+/// The program and arguments that run `program` (as `argv0`, with `args`) under
+/// `policy`: agentrun itself as the trampoline.
+pub fn wrap(
+    policy: &Policy,
+    program: &Path,
+    argv0: &str,
+    args: &[String],
+) -> Result<(PathBuf, Vec<OsString>), String> {
+    let me = me().ok_or("cannot find agentrun's own executable to start the sandbox")?;
+    let policy = serde_json::to_string(policy).map_err(|e| e.to_string())?;
+    let mut argv: Vec<OsString> = vec![ARG.into(), policy.into(), program.into(), argv0.into()];
+    argv.extend(args.iter().map(OsString::from));
+    Ok((me.to_path_buf(), argv))
+}
+
+/// The policy a child of `spec` must start under, or `None` when nothing is to be
+/// done before it execs (then it is spawned directly).
+pub fn policy(spec: &CommandSpec, before: Before<'_>) -> Option<Policy> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let places = sandbox::Places {
+        cwd: &spec.cwd,
+        tmp: before.tmp,
+        db: sandbox::database(),
+        home: home.as_deref(),
+    };
+    Policy::new(&spec.sandbox, &places, before.die_with_parent)
+}
+
+/// When this process was started as the trampoline: applies the policy and execs the
+/// program (never returns). Otherwise returns at once.
+pub fn run_if_asked() {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() != Some(OsStr::new(ARG)) {
+        return;
+    }
+    std::process::exit(trampoline(args));
+}
+
+fn trampoline(mut args: std::env::ArgsOs) -> i32 {
+    let (Some(policy), Some(program), Some(argv0)) = (args.next(), args.next(), args.next()) else {
+        crate::errln!("agentrun: {ARG} POLICY PROGRAM ARGV0 [ARGS…] (used by agentrun itself)");
+        return SETUP_FAILED;
+    };
+    let policy: Policy = match policy.to_str().map(serde_json::from_str) {
+        Some(Ok(p)) => p,
+        _ => {
+            crate::errln!("agentrun: {ARG}: the policy is not valid");
+            return SETUP_FAILED;
+        }
+    };
+    if let Err(e) = sandbox::apply(&policy) {
+        crate::errln!("agentrun: {e}");
+        return SETUP_FAILED;
+    }
+    let err = std::process::Command::new(&program)
+        .arg0(argv0)
+        .args(args)
+        .exec();
+    crate::errln!(
+        "agentrun: cannot start `{}`: {err}",
+        Path::new(&program).display()
+    );
+    // As a shell says of a program it cannot run.
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}

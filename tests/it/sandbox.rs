@@ -1,0 +1,142 @@
+//! Issue 22 — the sandbox of command tools: a tool that reaches for a planted
+//! `~/.ssh/id_ed25519`, writes outside its folder, or connects to a loopback port with
+//! `network = false` is denied, the call fails `permission_denied` naming what was
+//! denied, and the run goes on; the same tools with `sandbox = "off"` can.
+
+use crate::common::{Project, tool_result};
+use agentrun::config::preflight::Support;
+use serde_json::{Value, json};
+use std::net::TcpListener;
+
+/// `None` (and one line) where this kernel cannot enforce the sandbox.
+fn kernel() -> Option<()> {
+    let k = Support::probe();
+    if k.landlock_abi < 1 || !k.seccomp {
+        eprintln!(
+            "skipped: this kernel has no Landlock or no seccomp, so the sandbox cannot be tested"
+        );
+        return None;
+    }
+    Some(())
+}
+
+/// A temp HOME with a planted private key, a loopback listener, and a project whose
+/// tools try to read the key, write beside HOME, connect to the listener, and write
+/// in their own folder.
+struct Scene {
+    home: tempfile::TempDir,
+    listener: TcpListener,
+    p: Project,
+}
+
+fn scene(defaults: &str) -> Scene {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "PRIVATE-KEY-9c1e\n").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let p = Project::new();
+    let tool = |name: &str, shell: &str, body: &str| {
+        format!(
+            "[tools.{name}]\ndescription = \"{name}\"\ninput_schema = {{ type = \"object\" }}\n\
+             command = [\"{shell}\", \"-c\", \"cat >/dev/null; {body}\"]\nattempts = 1\n"
+        )
+    };
+    p.write(
+        "tools.toml",
+        &format!(
+            "[defaults]\ntimeout = \"10s\"\n{defaults}\n\n{}{}{}{}",
+            tool("read_key", "sh", "cat $HOME/.ssh/id_ed25519"),
+            tool(
+                "write_out",
+                "sh",
+                "echo x > $HOME/outside.txt && echo wrote"
+            ),
+            tool(
+                "connect",
+                "bash",
+                &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")
+            ),
+            tool(
+                "write_in",
+                "sh",
+                "echo x > inside.txt && cat /etc/hostname >/dev/null && echo ok"
+            ),
+        ),
+    );
+    let calls: Vec<Value> = ["read_key", "write_out", "connect", "write_in"]
+        .iter()
+        .map(|n| json!({"name": n}))
+        .collect();
+    p.model_script(json!([{ "tool_calls": calls }, {"text": "done"}]));
+    p.task("", "Try everything.");
+    Scene { home, listener, p }
+}
+
+impl Scene {
+    fn run(&self) -> Value {
+        let home = self.home.path().to_str().unwrap();
+        let (run, show) = self.p.start(&[("HOME", home)]);
+        // The run goes on past every denial and completes.
+        run.expect_code(0);
+        show
+    }
+}
+
+#[test]
+fn a_sandboxed_tool_is_denied_secrets_outside_writes_and_loopback_and_the_run_goes_on() {
+    let Some(()) = kernel() else { return };
+    let s = scene("sandbox = \"workspace\"\nnetwork = false");
+    let show = s.run();
+    for (call, denied) in [
+        ("call_0_0", ".ssh/id_ed25519"),
+        ("call_0_1", "outside.txt"),
+        ("call_0_2", "127.0.0.1"),
+    ] {
+        let (content, is_error) = tool_result(&show, call);
+        assert!(is_error, "{call}: {content}");
+        assert_eq!(content["error"], "permission_denied", "{call}: {content}");
+        let message = content["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("sandbox denied") && message.contains(denied),
+            "{call}: {message}"
+        );
+    }
+    assert!(!show.to_string().contains("PRIVATE-KEY-9c1e"));
+    assert!(!s.home.path().join("outside.txt").exists());
+    assert!(s.listener.set_nonblocking(true).is_ok());
+    assert!(s.listener.accept().is_err(), "nothing connected");
+    // Its own folder stays writable, the rest of the system readable.
+    assert_eq!(tool_result(&show, "call_0_3"), (json!("ok"), false));
+    assert!(s.p.path().join("inside.txt").exists());
+    // `tools check` and `runs show` say what each tool was confined to.
+    let check = s.p.run(&["tools", "check"]);
+    check.expect_code(0);
+    assert!(
+        check.stdout.contains("(sandbox workspace, network off)"),
+        "{check}"
+    );
+    let id = s.p.only_run();
+    let human = s.p.run(&["runs", "show", &id]);
+    assert!(
+        human
+            .stdout
+            .contains("sandbox workspace, network off (connect, read_key, write_in, write_out)"),
+        "{human}"
+    );
+}
+
+#[test]
+fn the_same_tools_with_sandbox_off_can() {
+    let Some(()) = kernel() else { return };
+    let s = scene("sandbox = \"off\"");
+    let show = s.run();
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("PRIVATE-KEY-9c1e"), false)
+    );
+    assert_eq!(tool_result(&show, "call_0_1"), (json!("wrote"), false));
+    assert_eq!(tool_result(&show, "call_0_2"), (json!("connected"), false));
+    assert!(s.home.path().join("outside.txt").exists());
+    assert!(s.listener.accept().is_ok());
+}
