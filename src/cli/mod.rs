@@ -262,7 +262,12 @@ fn error_json(kind: FailureKind, message: &str) -> serde_json::Value {
 /// Says why a command failed — one line on stderr, one cause after another ("file:
 /// problem"), and with `--json` the error object on stdout — and returns its exit code.
 pub fn report_error(err: &anyhow::Error, json: bool) -> Exit {
-    crate::errln!("agentrun: {err:#}");
+    // Provider and tool messages, an MCP server's stderr: untrusted text, shown
+    // without its escape sequences (issue 22); --json keeps the data.
+    crate::errln!(
+        "agentrun: {}",
+        crate::render::text::plain(&format!("{err:#}"))
+    );
     let exit = Exit::for_error(err);
     if json && !out::stdout_written() {
         let kind = match exit {

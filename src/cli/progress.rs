@@ -133,7 +133,11 @@ impl Progress {
             Out::Plain => print_line(&final_line(o, Some(elapsed), Style::PLAIN)),
             Out::Live(live) => {
                 live.clear();
-                print_line(&final_line(o, Some(elapsed), live.style));
+                // Our colours kept; other escapes go.
+                crate::errln!(
+                    "{}",
+                    crate::render::text::terminal_safe(&final_line(o, Some(elapsed), live.style))
+                );
             }
         }
     }
@@ -399,9 +403,11 @@ fn live_terminal() -> bool {
     std::io::stderr().is_terminal() && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
+/// One plain line on stderr. Lines quote tool errors and model text: every escape
+/// sequence goes (issue 22).
 fn print_line(line: &str) {
     // A closed stderr must not kill the run.
-    crate::errln!("{line}");
+    crate::errln!("{}", crate::render::text::plain(line));
 }
 
 /// Characters of a streamed line kept for the status line (more than any terminal
@@ -501,7 +507,8 @@ impl Live {
     }
 
     fn println(&self, line: &str) {
-        let line = self.paint(line);
+        // Untrusted text loses its escapes before our colours are added.
+        let line = self.paint(&crate::render::text::plain(line));
         match &*lock(&self.bar) {
             Some(bar) => bar.println(line),
             None => print_line(&line),

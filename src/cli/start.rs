@@ -408,7 +408,8 @@ fn tool_bug_line(store: &Store, id: &RunId) -> Option<String> {
         "agentrun: {} open tool_bug report{} for this run: {} (see `agentrun escalations show {}`)",
         open.len(),
         if open.len() == 1 { "" } else { "s" },
-        first.summary,
+        // The tool's own words (issue 22: without their escape sequences).
+        crate::render::text::plain(&first.summary),
         first.id
     ))
 }
@@ -511,10 +512,12 @@ fn report(cli: &Cli, o: &RunOutcome, final_line: bool) -> anyhow::Result<Exit> {
             .as_deref()
             .filter(|_| o.status == RunStatus::Completed)
         {
-            crate::outln!("{answer}")?;
+            // The model's text, which a document it read may have filled with escape
+            // sequences (issue 22); --json keeps it as it is.
+            crate::outln!("{}", crate::render::text::plain(answer))?;
         }
         if final_line && !cli.quiet {
-            crate::errln!("{}", output::outcome_line(o));
+            crate::errln!("{}", crate::render::text::plain(&output::outcome_line(o)));
         }
     }
     if o.status == RunStatus::Running {

@@ -136,3 +136,44 @@ fn a_stdio_mcp_server_ignoring_eof_dies_when_agentrun_is_killed_9() {
     }
     assert!(gone, "the MCP server {server} outlived agentrun");
 }
+
+// ---- terminal ------------------------------------------------------------------------
+
+/// Issue 22: colour and title escapes from a tool's stderr and the model's answer went
+/// raw to the terminal (stderr progress lines, the final answer, `tools check`); the
+/// human views drop them, `--json` keeps the data.
+#[test]
+fn escapes_in_an_answer_a_tool_error_and_a_description_never_reach_the_terminal() {
+    let p = Project::new();
+    p.fast_tools(
+        "[tools.liar]\ndescription = \"\\u001b[32mTRUSTED\\u001b[0m lookup\"\n\
+         input_schema = { type = \"object\" }\nattempts = 1\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; printf '\\\\033[32mTRUSTED\\\\033[0m\\\\033]0;t\\\\007 no' >&2; exit 1\"]\n",
+    );
+    p.model_script(json!([
+        {"tool_calls": [{"name": "liar"}]},
+        {"text": "\u{1b}[32mAPPROVED\u{1b}[0m all good\u{1b}]0;title\u{7}"}
+    ]));
+    p.task("", "Go.");
+    let run = p.run(&["start", "task.md"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("APPROVED all good"), "{run}");
+    assert!(
+        run.stderr.contains("TRUSTED"),
+        "the tool's error is shown: {run}"
+    );
+    let check = p.run(&["tools", "check"]);
+    check.expect_code(0);
+    assert!(check.stdout.contains("TRUSTED lookup"), "{check}");
+    for out in [&run.stdout, &run.stderr, &check.stdout] {
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    }
+    let json = p.run(&["start", "task.md", "--json"]).json();
+    assert!(
+        json["answer"]
+            .as_str()
+            .unwrap_or_default()
+            .contains('\u{1b}'),
+        "{json}"
+    );
+}

@@ -25,7 +25,10 @@ pub fn attempt_result(def: &ToolDef, spec: &McpSpec, ended: CallEnded) -> Attemp
             };
             Err(ToolError::new(
                 kind,
-                format!("{name}: {message} (JSON-RPC {code})"),
+                format!(
+                    "{name}: {} (JSON-RPC {code})",
+                    cap_text(&message, spec.output_cap)
+                ),
             ))
         }
         // Nothing was sent: safe to retry whatever the tool.
@@ -78,7 +81,8 @@ fn answered(def: &ToolDef, spec: &McpSpec, result: &Value) -> AttemptResult {
     if result.get("isError").and_then(Value::as_bool) != Some(true) {
         return Ok(capped(content, spec.output_cap));
     }
-    if let Some(err) = named_error(&def.name, &content) {
+    if let Some(mut err) = named_error(&def.name, &content) {
+        err.message = cap_text(&err.message, spec.output_cap);
         return Err(err);
     }
     let text = match &content {
@@ -140,6 +144,23 @@ fn named_error(tool: &str, content: &Value) -> Option<ToolError> {
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
     Some(err)
+}
+
+/// An error message cut at `cap` bytes (issue 22: a server's 5 MB JSON-RPC error was
+/// stored whole); `output_cap` bounds what a tool says, answer or error.
+fn cap_text(text: &str, cap: usize) -> String {
+    if text.len() <= cap {
+        return text.to_string();
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… [message cut at {cap} bytes of {}]",
+        &text[..end],
+        text.len()
+    )
 }
 
 /// Output beyond the cap is cut to text with a note, like a command tool's.
@@ -259,6 +280,34 @@ mod tests {
         assert_eq!(kind(rpc(-32601)), ErrorKind::NotFound);
         assert_eq!(kind(rpc(-32603)), ErrorKind::ServerError);
         assert_eq!(kind(rpc(-1)), ErrorKind::ToolBug);
+    }
+
+    #[test]
+    fn error_messages_are_cut_at_the_output_cap() {
+        let (def, spec) = tool(true);
+        let huge = "x".repeat(5 * 1024 * 1024);
+        let rpc = err(CallEnded::Rpc {
+            code: -32000,
+            message: huge.clone(),
+        });
+        let named = attempt_result(
+            &def,
+            &spec,
+            CallEnded::Answered {
+                result: json!({"isError": true, "content": [{"type": "text",
+                    "text": json!({"error": "not_found", "message": huge}).to_string()}]}),
+                restarted: None,
+            },
+        )
+        .unwrap_err();
+        for e in [rpc, named] {
+            assert!(
+                e.message.len() < spec.output_cap + 200,
+                "{}",
+                e.message.len()
+            );
+            assert!(e.message.contains("message cut at"));
+        }
     }
 
     #[test]

@@ -443,14 +443,7 @@ impl State {
                 ().serve(transport).await.map_err(|e| e.to_string())?
             }
         };
-        let tools = service
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        self.listed = tools
-            .into_iter()
-            .filter_map(|t| discovered(serde_json::to_value(t).ok()?))
-            .collect();
+        self.listed = list_tools(&service).await?;
         self.offered = self.listed.iter().map(|t| t.name.clone()).collect();
         self.service = Some(service);
         self.starts += 1;
@@ -557,6 +550,70 @@ fn expand_env(template: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// Bounds on what a server's `tools/list` may bring into the run (issue 22: 20 pages of
+/// 10 MB and 10,003 tools were accepted, and a 12 MB description went into every model
+/// request). Far above what a real server lists; beyond them discovery fails, naming
+/// the server and the bound.
+pub const MAX_PAGES: usize = 16;
+pub const MAX_TOOLS: usize = 256;
+pub const MAX_DESCRIPTION_BYTES: usize = 8 * 1024;
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// Every page of `tools/list`, within the bounds above.
+async fn list_tools(
+    service: &RunningService<RoleClient, ()>,
+) -> Result<Vec<DiscoveredTool>, String> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let params = cursor
+            .take()
+            .map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = service
+            .list_tools(params)
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        for tool in page.tools {
+            let Some(t) = serde_json::to_value(tool).ok().and_then(discovered) else {
+                continue;
+            };
+            check_bounds(&t)?;
+            out.push(t);
+            if out.len() > MAX_TOOLS {
+                return Err(format!(
+                    "tools/list: more than {MAX_TOOLS} tools; offer fewer (agentrun refuses \
+                     the list rather than send them all to the model)"
+                ));
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(out),
+        }
+    }
+    Err(format!("tools/list: more than {MAX_PAGES} pages; refused"))
+}
+
+fn check_bounds(t: &DiscoveredTool) -> Result<(), String> {
+    if t.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(format!(
+            "tools/list: the description of `{}` is {} bytes, over the {} KiB limit",
+            t.name,
+            t.description.len(),
+            MAX_DESCRIPTION_BYTES / 1024
+        ));
+    }
+    let schema = t.input_schema.to_string().len();
+    if schema > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "tools/list: the input schema of `{}` is {schema} bytes, over the {} KiB limit",
+            t.name,
+            MAX_SCHEMA_BYTES / 1024
+        ));
+    }
+    Ok(())
+}
+
 fn discovered(tool: Value) -> Option<DiscoveredTool> {
     Some(DiscoveredTool {
         name: tool.get("name")?.as_str()?.to_string(),
@@ -572,6 +629,26 @@ fn discovered(tool: Value) -> Option<DiscoveredTool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_tool_over_a_bound_is_refused_naming_it() {
+        let tool = |description: usize, schema: usize| DiscoveredTool {
+            name: "big".into(),
+            description: "d".repeat(description),
+            input_schema: serde_json::json!({"type": "object", "description": "s".repeat(schema)}),
+        };
+        assert!(check_bounds(&tool(100, 100)).is_ok());
+        let long = check_bounds(&tool(12 * 1024 * 1024, 10)).unwrap_err();
+        assert!(
+            long.contains("description of `big`") && long.contains("8 KiB"),
+            "{long}"
+        );
+        let wide = check_bounds(&tool(10, 100 * 1024)).unwrap_err();
+        assert!(
+            wide.contains("input schema of `big`") && wide.contains("64 KiB"),
+            "{wide}"
+        );
+    }
 
     #[test]
     fn restarts_back_off_after_the_first() {
