@@ -177,6 +177,7 @@ mod tests {
             inherit_all: false,
             cwd: cwd.to_path_buf(),
             output_cap: 1024,
+            sandbox: Default::default(),
         }
     }
 

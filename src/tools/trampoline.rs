@@ -10,9 +10,9 @@
 //! tool's, so everything that watches the child (timeouts, group kills) is unchanged.
 
 use super::sandbox::{self, Policy};
+use super::spawn::Before;
 use crate::config::CommandSpec;
 use std::ffi::{OsStr, OsString};
-use super::spawn::Before;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 

@@ -202,3 +202,39 @@ fn two_sub_agents_answer_in_parallel_as_child_runs() {
     // Their spend counts against the lead's budget.
     assert_eq!(show["children_spent"]["steps"], 4);
 }
+
+/// The examples run their command tools, stdio MCP servers and hooks sandboxed
+/// (issue 22): every one of them is confined, none says `sandbox = "off"`. The examples
+/// without a tools.toml of their own use the repository's.
+#[test]
+fn every_example_runs_its_tools_and_hooks_sandboxed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    let dirs = std::fs::read_dir(root.join("examples")).unwrap().flatten();
+    for dir in dirs.map(|e| e.path()).chain([root.to_path_buf()]) {
+        let path = dir.join("tools.toml");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let cfg = agentrun::config::parse(&text, &path)
+            .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+        for t in cfg.tools.values() {
+            if let Some(sb) = cfg.sandbox_of(t) {
+                assert!(
+                    sb.confines(),
+                    "{}: {} is not sandboxed",
+                    path.display(),
+                    t.name
+                );
+                checked += 1;
+            }
+        }
+        for hooks in cfg.hooks.by_event.values() {
+            for h in hooks {
+                assert!(h.command.sandbox.confines(), "{}: a hook", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} tools and hooks found");
+}

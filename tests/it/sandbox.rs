@@ -140,3 +140,47 @@ fn the_same_tools_with_sandbox_off_can() {
     assert!(s.home.path().join("outside.txt").exists());
     assert!(s.listener.accept().is_ok());
 }
+
+/// A hook runs in the sandbox of `[defaults]` like a command tool (issues 22, 26): a
+/// `before_tool` hook that blocks the call only when it could read the planted key.
+fn hook_scene(sandbox: &str) -> (tempfile::TempDir, Project) {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    std::fs::write(home.path().join(".ssh/id_ed25519"), "PRIVATE-KEY-9c1e\n").unwrap();
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        &format!(
+            "[defaults]\ntimeout = \"10s\"\nattempts = 1\nsandbox = \"{sandbox}\"\n\n\
+             [tools.noop]\ndescription = \"noop\"\ninput_schema = {{ type = \"object\" }}\n\
+             command = [\"sh\", \"-c\", \"cat >/dev/null; echo ran\"]\n\n\
+             [hooks]\nbefore_tool = [{{ command = [\"sh\", \"hook.sh\"] }}]\n"
+        ),
+    );
+    p.write(
+        "hook.sh",
+        "cat >/dev/null\nif cat \"$HOME/.ssh/id_ed25519\" >/dev/null 2>&1; then \
+         echo 'the hook read the key' >&2; exit 2; fi\n",
+    );
+    p.model_script(json!([{ "tool_calls": [{"name": "noop"}] }, {"text": "done"}]));
+    p.task("", "Run it.");
+    (home, p)
+}
+
+#[test]
+fn a_hook_runs_in_the_sandbox_of_its_defaults() {
+    let Some(()) = kernel() else { return };
+    let (home, p) = hook_scene("workspace");
+    let (run, show) = p.start(&[("HOME", home.path().to_str().unwrap())]);
+    run.expect_code(0);
+    // Denied the key, the hook let the call through.
+    assert_eq!(tool_result(&show, "call_0_0"), (json!("ran"), false));
+
+    let (home, p) = hook_scene("off");
+    let (run, show) = p.start(&[("HOME", home.path().to_str().unwrap())]);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(is_error, "{content}");
+    let message = content["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the hook read the key"), "{content}");
+}

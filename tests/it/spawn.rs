@@ -60,13 +60,19 @@ fn clones(log: &str) -> (Vec<String>, usize) {
     (forks, spawns)
 }
 
-/// `agentrun start task.md` under `strace -f`; the run and the log.
+/// `agentrun start task.md` under `strace -f`; the run and the log (clones and execs).
 fn traced_start(p: &Project) -> (Run, String) {
     let log = p.path().join("strace.log");
     let mut c = Command::new("strace");
     c.current_dir(p.path())
         .env("AGENTRUN_DB", p.db())
-        .args(["-f", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o"])
+        .args([
+            "-f",
+            "-qq",
+            "-e",
+            "trace=clone,clone3,fork,vfork,execve",
+            "-o",
+        ])
         .arg(&log)
         .arg(bin())
         .args(["start", "task.md", "--json"])
@@ -149,4 +155,47 @@ fn stdio_mcp_servers_start_without_forking_agentrun() {
         forks.join("\n")
     );
     assert!(spawns >= 1, "the server was spawned\n{log}");
+}
+
+/// Sandboxed tools start through agentrun's trampoline (issue 22), which is spawned the
+/// same way: still no fork of agentrun, one spawn per call, and each call's child
+/// execs the trampoline and then the tool.
+#[test]
+fn sandboxed_command_tools_start_through_the_trampoline_without_forking_agentrun() {
+    if !strace() {
+        return;
+    }
+    let k = agentrun::config::preflight::Support::probe();
+    if k.landlock_abi < 1 || !k.seccomp {
+        eprintln!("skipped: this kernel cannot enforce the sandbox");
+        return;
+    }
+    let p = Project::new();
+    p.fast_tools(
+        "[tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"cat\"]\nidempotent = true\nsandbox = \"workspace\"\nnetwork = false\n",
+    );
+    let calls: Vec<_> = (0..4)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "args": {"i": i}}]}))
+        .chain([json!({"text": "done"})])
+        .collect();
+    p.model_script(json!(calls));
+    p.task("", "Echo four times.");
+    let (run, log) = traced_start(&p);
+    run.expect_code(0);
+    let (forks, spawns) = clones(&log);
+    assert!(
+        forks.is_empty(),
+        "agentrun forked:\n{}\n{run}",
+        forks.join("\n")
+    );
+    assert_eq!(spawns, 4, "one spawn per call\n{log}");
+    // (An exec may be logged in two halves, "<unfinished ...>" then "resumed".)
+    let execs = |needle: &str| {
+        log.lines()
+            .filter(|l| l.contains("execve(") && l.contains(needle))
+            .count()
+    };
+    assert_eq!(execs("\"__exec-tool\""), 4, "through the trampoline\n{log}");
+    assert_eq!(execs("/cat\", [\"cat\"]"), 4, "then the tool\n{log}");
 }
