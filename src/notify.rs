@@ -234,6 +234,9 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
                 inherit_all: false,
                 cwd: cfg.cwd.clone(),
                 output_cap: 4096,
+                // The user's own notifier (it must reach the network), not a tool
+                // the model chose: unconfined, as the README's Security section says.
+                sandbox: Default::default(),
             }),
         ));
     }
