@@ -111,7 +111,8 @@ pub struct CommandSpec {
 
 impl ToolsConfig {
     /// The sandbox a tool's process runs in: a command tool's own, an MCP tool's
-    /// server's (stdio); `None` for tools that start no process (HTTP, MCP over HTTP).
+    /// server's (stdio); `None` for tools that start no process (HTTP, MCP over HTTP,
+    /// sub-agents, whose own tools have their own sandboxes).
     pub fn sandbox_of<'a>(&'a self, tool: &'a ToolDef) -> Option<&'a Sandbox> {
         match &tool.kind {
             ToolKind::Command(spec) => Some(&spec.sandbox),
@@ -119,7 +120,7 @@ impl ToolsConfig {
                 McpTransport::Stdio(spec) => Some(&spec.sandbox),
                 McpTransport::Http { .. } => None,
             },
-            ToolKind::Http(_) => None,
+            ToolKind::Http(_) | ToolKind::Agent(_) => None,
         }
     }
 }
