@@ -55,4 +55,5 @@ mod syncs;
 mod tools_exec;
 mod trust;
 mod trust_again;
+mod trust_mcp;
 mod walkthrough;

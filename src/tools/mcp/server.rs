@@ -22,7 +22,7 @@ use crate::redact::Secrets;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
@@ -337,6 +337,8 @@ struct State {
     not_before: Option<Instant>,
     stderr: Arc<StdMutex<Vec<u8>>>,
     groups: Groups,
+    /// A running stdio server's process.
+    child: Option<tokio::process::Child>,
 }
 
 impl State {
@@ -351,6 +353,7 @@ impl State {
             not_before: None,
             stderr: Arc::default(),
             groups,
+            child: None,
         }
     }
 
@@ -402,7 +405,9 @@ impl State {
     }
 
     async fn connect(&mut self) -> Result<(), String> {
-        let service = match &self.def.transport {
+        // A copy, as starting a stdio server records its process in `self`.
+        let transport = self.def.transport.clone();
+        let service = match &transport {
             McpTransport::Stdio(spec) => {
                 let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
                 // Through the trampoline: the server dies with agentrun, even killed
@@ -411,27 +416,19 @@ impl State {
                     tmp: None,
                     die_with_parent: true,
                 };
-                let mut child = crate::tools::spawn::command(spec, &[], before)
+                let child = crate::tools::spawn::command(spec, &[], before)
                     .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
-                child.cmd.kill_on_drop(true);
-                let (transport, stderr) = TokioChildProcess::builder(child.cmd)
-                    .stderr(Stdio::piped())
-                    .spawn()
+                let (pipes, stderr) = self
+                    .spawn_stdio(child.cmd)
                     .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
-                if let Some(pid) = transport.id().and_then(|p| i32::try_from(p).ok()) {
-                    let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-                    groups.insert(self.def.name.clone(), pid);
-                }
-                let tail = stderr.map(|pipe| tokio::spawn(keep_tail(pipe, self.stderr.clone())));
-                match ().serve(transport).await {
+                let tail = tokio::spawn(keep_tail(stderr, self.stderr.clone()));
+                match ().serve(pipes).await {
                     Ok(service) => service,
                     Err(e) => {
                         // A server that fails at once usually said why on stderr; give
                         // the reader a moment to reach the end of it. `ensure` adds it
                         // to the message, once (issue 27: it was there twice).
-                        if let Some(tail) = tail {
-                            let _ = tokio::time::timeout(STDERR_GRACE, tail).await;
-                        }
+                        let _ = tokio::time::timeout(STDERR_GRACE, tail).await;
                         return Err(e.to_string());
                     }
                 }
@@ -448,6 +445,35 @@ impl State {
         self.service = Some(service);
         self.starts += 1;
         Ok(())
+    }
+
+    /// Starts a stdio server: its stdout reaches the SDK through [`depth::pump`], its
+    /// stderr is returned. The child is kept (killed when dropped) and its process
+    /// group recorded, so stopping the server or the pool kills it and all it started.
+    fn spawn_stdio(
+        &mut self,
+        mut cmd: tokio::process::Command,
+    ) -> std::io::Result<(
+        (tokio::io::DuplexStream, tokio::process::ChildStdin),
+        tokio::process::ChildStderr,
+    )> {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn()?;
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            return Err(std::io::Error::other("the server's pipes are missing"));
+        };
+        if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            groups.insert(self.def.name.clone(), pid);
+        }
+        let (reader, writer) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(super::depth::pump(stdout, writer));
+        self.child = Some(child);
+        Ok(((reader, stdin), stderr))
     }
 
     /// Ends the current process (if any) and schedules the next start. Returns what the
@@ -472,9 +498,11 @@ impl State {
         }
         drop(groups);
         if let Some(svc) = self.service.take() {
-            // Dropping cancels the service task; the transport's child is killed on drop.
+            // Dropping cancels the service task.
             drop(svc);
         }
+        // Killed on drop (its group was killed above), and reaped by tokio.
+        self.child.take();
     }
 
     fn stderr_tail(&self) -> String {
