@@ -2,7 +2,7 @@
 //! anything is written, and the config snapshot that makes a resumed run use exactly
 //! what it started with.
 
-use crate::config::{self, ConfigErrors, ToolsConfig};
+use crate::config::{self, ConfigErrors, McpServer, ToolsConfig};
 use crate::model::anthropic::Anthropic;
 use crate::model::openai::OpenAi;
 use crate::model::script::ScriptModel;
@@ -202,11 +202,13 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     task.settings.apply(&mut settings);
     opts.settings.apply(&mut settings);
     check_pricing(&settings, &models)?;
-    // MCP servers start now and stay up for the run (discovery, issue 16).
-    let (pool, mcp_tools) = if cfg.mcp.is_empty() {
+    // MCP servers start now and stay up for the run (discovery, issue 16), but only
+    // those whose tools the task can call (issue 22: `tools = []` started them all).
+    let servers = servers_used(&cfg, task.tools.as_deref());
+    let (pool, mcp_tools) = if servers.is_empty() {
         (None, mcp::Discovered::new())
     } else {
-        let (pool, found) = mcp::discover(&cfg.mcp);
+        let (pool, found) = mcp::discover(&servers);
         let path = tools_path.as_deref().unwrap_or(Path::new("tools.toml"));
         (Some(pool), found.map_err(|p| mcp_problems(path, &p))?)
     };
@@ -287,10 +289,11 @@ pub fn retool(snapshot: &mut Snapshot, path: &Path) -> Result<(), SetupError> {
     snapshot.program_digests = crate::digest::program_digests(&cfg);
     // The servers are asked for their tools now, as at start; they start again when
     // the fork first calls one.
-    snapshot.mcp_tools = if cfg.mcp.is_empty() {
+    let servers = servers_used(&cfg, snapshot.tool_subset.as_deref());
+    snapshot.mcp_tools = if servers.is_empty() {
         mcp::Discovered::new()
     } else {
-        let (_pool, found) = mcp::discover(&cfg.mcp);
+        let (_pool, found) = mcp::discover(&servers);
         found.map_err(|p| mcp_problems(path, &p))?
     };
     Ok(())
@@ -367,6 +370,57 @@ pub(crate) fn resolve_with(
 }
 
 /// Every MCP problem, one per line, as a bad-input error naming the file.
+/// The tools a task can reach (issue 22): its `tools` list, the fallbacks of those
+/// tools (an MCP server's too), and the `tools` lists of the sub-agents among them, in
+/// turn. `None`: every tool — the task has no list, or one of those sub-agents has
+/// none or a task file that cannot be read (`start` reports the file afterwards).
+pub fn reachable(cfg: &ToolsConfig, subset: Option<&[String]>) -> Option<Vec<String>> {
+    let mut names: Vec<String> = subset?.to_vec();
+    let mut i = 0;
+    while i < names.len() {
+        let name = names[i].clone();
+        i += 1;
+        let mut more: Vec<String> = Vec::new();
+        if let Some((server, _)) = name.split_once(config::MCP_SEPARATOR)
+            && let Some(def) = cfg.mcp.get(server)
+        {
+            more.extend(def.fallback.values().flatten().map(|s| s.tool.clone()));
+        }
+        if let Some(tool) = cfg.tools.get(&name) {
+            more.extend(tool.fallback.iter().map(|s| s.tool.clone()));
+            if let config::ToolKind::Agent(agent) = &tool.kind {
+                more.extend(task::load(&agent.task_path).ok()?.tools?);
+            }
+        }
+        for n in more {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    Some(names)
+}
+
+/// The MCP servers `start` starts: those with a tool the task can reach
+/// ([`reachable`]: `SERVER__TOOL` or `SERVER__*`). No `tools` list means every server;
+/// `tools = []` means none (issue 22: every server was started).
+pub fn servers_used(cfg: &ToolsConfig, subset: Option<&[String]>) -> BTreeMap<String, McpServer> {
+    let Some(names) = reachable(cfg, subset) else {
+        return cfg.mcp.clone();
+    };
+    let named = |server: &str| {
+        names.iter().any(|n| {
+            n.split_once(config::MCP_SEPARATOR)
+                .is_some_and(|(s, _)| s == server)
+        })
+    };
+    cfg.mcp
+        .iter()
+        .filter(|(name, _)| named(name))
+        .map(|(name, def)| (name.clone(), def.clone()))
+        .collect()
+}
+
 fn mcp_problems(path: &Path, problems: &[mcp::Problem]) -> SetupError {
     let lines: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
     SetupError::Input {

@@ -8,9 +8,10 @@ use serde_json::json;
 
 /// A stdio MCP server small enough to read (Python's standard library only): answers
 /// `initialize`, lists `ping` and `deep`, answers `ping` with "pong" and `deep` with a
-/// result nested 125 levels deep. It writes its pid to `server.pid` when it starts.
+/// result nested 125 levels deep. It adds its pid to the file named by its first argument
+/// (`server.pid` when none) as it starts.
 const SERVER: &str = r#"import json, os, sys
-with open("server.pid", "a") as f:
+with open(sys.argv[1] if len(sys.argv) > 1 else "server.pid", "a") as f:
     f.write(f"{os.getpid()}\n")
 for line in sys.stdin:
     msg = json.loads(line)
@@ -62,4 +63,52 @@ fn a_result_nested_125_levels_deep_fails_tool_bug_at_once() {
     assert!(message.contains("nested 1"), "{message}");
     // The server is still usable.
     assert_eq!(tool_result(&show, "call_1_0"), (json!("pong"), false));
+}
+
+/// Whether a server wrote its start marker (`NAME.pid`).
+fn started(p: &Project, name: &str) -> bool {
+    p.path().join(format!("{name}.pid")).exists()
+}
+
+/// Two servers (`one`, `two`), a command tool, and a sub-agent whose task may call
+/// `two__ping`; each server marks its start in `NAME.pid`.
+fn two_servers() -> Project {
+    let p = project(
+        "[mcp.one]\ncommand = [\"python3\", \"server.py\", \"one.pid\"]\n\n\
+         [mcp.two]\ncommand = [\"python3\", \"server.py\", \"two.pid\"]\n\n\
+         [tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\ncommand = [\"cat\"]\n\n\
+         [agents.helper]\ntask = \"helper.md\"\ndescription = \"helps\"\n",
+    );
+    p.write(
+        "helper.md",
+        "+++\nmodel = \"script:script.json\"\ntools = [\"two__ping\"]\n+++\nHelp.\n",
+    );
+    p.model_script(json!([{"text": "done"}]));
+    p
+}
+
+/// Before: every server was started (and listed) at `start`, even for `tools = []`.
+/// A server starts only when the task's `tools` list can reach one of its tools:
+/// named (`SERVER__TOOL`, `SERVER__*`), or through a sub-agent the task may call.
+#[test]
+fn a_server_starts_only_for_a_task_that_can_use_its_tools() {
+    let cases: [(&str, bool, bool); 5] = [
+        ("tools = []", false, false),
+        ("tools = [\"echo\"]", false, false),
+        ("tools = [\"one__ping\"]", true, false),
+        ("tools = [\"one__*\", \"helper\"]", true, true),
+        ("", true, true), // no list: every tool
+    ];
+    for (front, one, two) in cases {
+        let p = two_servers();
+        p.task(front, "Answer.");
+        let (run, show) = p.start(&[]);
+        run.expect_code(0);
+        assert_eq!(show["status"], "completed", "{front}: {run}");
+        assert_eq!(
+            (started(&p, "one"), started(&p, "two")),
+            (one, two),
+            "{front}: which servers started"
+        );
+    }
 }

@@ -97,11 +97,16 @@ fn subset_of(parent: &Snapshot, subset: &[String]) -> Result<Vec<String>, String
     Ok(names)
 }
 
-/// Every sub-agent of a run about to start, planned and resolved as its child will be,
-/// so a bad agent task file (or model) stops `start` with exit 2 instead of failing
-/// the model's call mid-run.
+/// Every sub-agent a run about to start can call, planned and resolved as its child
+/// will be, so a bad agent task file (or model) stops `start` with exit 2 instead of
+/// failing the model's call mid-run. One it cannot call may name tools of MCP servers
+/// that were not started for this task.
 pub fn check_agents(resolved: &Resolved) -> Result<(), SetupError> {
-    for (_, spec) in agents::agents(&resolved.tools) {
+    let reachable = setup::reachable(&resolved.tools, resolved.snapshot.tool_subset.as_deref());
+    for (name, spec) in agents::agents(&resolved.tools) {
+        if reachable.as_ref().is_some_and(|r| !r.contains(name)) {
+            continue;
+        }
         let plan = plan(&resolved.snapshot, spec)?;
         setup::resolve(plan.snapshot)?;
     }

@@ -123,7 +123,9 @@ fn answered_id(line: &[u8]) -> Option<serde_json::Value> {
 
 /// What follows `key` and its colon, when `text` starts with that key.
 fn key_value<'a>(text: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
-    text.strip_prefix(key)?.trim_ascii_start().strip_prefix(b":")
+    text.strip_prefix(key)?
+        .trim_ascii_start()
+        .strip_prefix(b":")
 }
 
 /// The JSON value at the start of `text` (whatever follows it is ignored).
@@ -204,7 +206,10 @@ mod tests {
             assert!(message.contains("nested 127 levels deep"), "{message}");
         }
         // An id after the result, and ids nested inside it, are told apart.
-        let late = format!(r#"{{"result":{{"id":99,"x":{}}},"id":4}}"#, nested(120, "5"));
+        let late = format!(
+            r#"{{"result":{{"id":99,"x":{}}},"id":4}}"#,
+            nested(120, "5")
+        );
         let out: serde_json::Value = serde_json::from_str(&through(&late).await).unwrap();
         assert_eq!(out["id"], 4);
     }
@@ -221,7 +226,10 @@ mod tests {
         let first: serde_json::Value = serde_json::from_str(first).unwrap();
         assert_eq!(first["id"], 8);
         let message = first["error"]["message"].as_str().unwrap();
-        assert!(message.contains("over agentrun's limit of 16 MiB"), "{message}");
+        assert!(
+            message.contains("over agentrun's limit of 16 MiB"),
+            "{message}"
+        );
         assert_eq!(rest, format!("{next}\n"));
     }
 

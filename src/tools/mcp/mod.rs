@@ -111,7 +111,10 @@ pub fn install(cfg: &mut ToolsConfig, found: &Discovered) -> Result<(), Vec<Prob
     let mut problems = Vec::new();
     let servers = cfg.mcp.clone();
     for (name, server) in &servers {
-        let listed = found.get(name).map(Vec::as_slice).unwrap_or_default();
+        // A server the task cannot reach was not started: it offers nothing here.
+        let Some(listed) = found.get(name) else {
+            continue;
+        };
         let mut say = |message: String| {
             problems.push(Problem {
                 server: name.clone(),
@@ -155,7 +158,7 @@ pub fn install(cfg: &mut ToolsConfig, found: &Discovered) -> Result<(), Vec<Prob
             }
         }
     }
-    check_fallback_targets(cfg, &mut problems);
+    check_fallback_targets(cfg, found, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -164,14 +167,20 @@ pub fn install(cfg: &mut ToolsConfig, found: &Discovered) -> Result<(), Vec<Prob
 }
 
 /// Fallbacks that name MCP tools were taken on trust at parse time, and an MCP tool's
-/// own fallbacks could not be checked before it existed; check both now.
-fn check_fallback_targets(cfg: &ToolsConfig, problems: &mut Vec<Problem>) {
+/// own fallbacks could not be checked before it existed; check both now. A fallback to
+/// a server that was not started belongs to a tool the task cannot call.
+fn check_fallback_targets(cfg: &ToolsConfig, found: &Discovered, problems: &mut Vec<Problem>) {
     for def in cfg.tools.values() {
         for step in &def.fallback {
             if cfg.tools.contains_key(&step.tool) {
                 continue;
             }
             let (server, message) = match (&def.kind, step.tool.split_once(MCP_SEPARATOR)) {
+                (_, Some((server, _)))
+                    if cfg.mcp.contains_key(server) && !found.contains_key(server) =>
+                {
+                    continue;
+                }
                 (_, Some((server, _))) if cfg.mcp.contains_key(server) => (
                     server,
                     format!(
