@@ -56,10 +56,11 @@ fn print(c: &DbCheck) -> anyhow::Result<()> {
         c.schema_version,
         c.known_version
     )?;
-    crate::outln!(
-        "connections  {} per run in flight (a worker opens --concurrency of them)",
-        c.connections_per_run
-    )?;
+    if let Some(n) = c.pool_size {
+        crate::outln!(
+            "connections  up to {n} per agentrun process, shared by its runs (--db-pool)"
+        )?;
+    }
     if c.missing_privileges.is_empty() {
         crate::outln!("privileges   ok")?;
     } else {

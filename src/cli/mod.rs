@@ -112,6 +112,9 @@ pub struct Cli {
         hide = true
     )]
     pub db: Option<PathBuf>,
+    /// PostgreSQL: the most connections this process opens (env AGENTRUN_DB_POOL).
+    #[arg(long, global = true, value_name = "N", hide = true, value_parser = parse_pool)]
+    pub db_pool: Option<u32>,
     /// Print exactly one JSON object (or array) on stdout when the command ends.
     #[arg(long, global = true, hide = true)]
     pub json: bool,
@@ -174,15 +177,23 @@ Global options (any command, before or after it):
       --db <PATH>  SQLite database holding all runs (env AGENTRUN_DB) [default: the nearest
                    .agentrun/agentrun.db from here up, else ./.agentrun/agentrun.db];
                    a postgres:// or postgresql:// URL selects PostgreSQL instead
+      --db-pool <N>  PostgreSQL: the most connections this process opens, shared by all
+                   its runs (env AGENTRUN_DB_POOL, config db_pool) [default: 10]
       --json       Print exactly one JSON object (or array) on stdout when the command ends
   -q, --quiet      No progress lines on stderr
 
 Settings, strongest first: the command line; AGENTRUN_DB, AGENTRUN_MODEL, AGENTRUN_TOOLS;
 the config file (AGENTRUN_CONFIG, else .agentrun/config.toml beside the database, keys
-model, database, tools). Manual pages: `agentrun man [COMMAND]`.";
+model, database, tools, db_pool). Manual pages: `agentrun man [COMMAND]`.";
 
 /// Pointed to from every subcommand's help instead of repeating the list.
 const GLOBAL_HINT: &str = "Global options: --db PATH, --json, --quiet (see `agentrun --help`).";
+
+/// `--db-pool`'s value: 1 to [`settings::MAX_POOL`].
+fn parse_pool(text: &str) -> Result<u32, String> {
+    settings::pool_size(text)
+        .ok_or_else(|| format!("not a whole number from 1 to {}", settings::MAX_POOL))
+}
 
 /// The clap command with the global-options hint on every subcommand: what `main`
 /// parses with, and what completions and man pages are generated from.
@@ -337,6 +348,9 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         Command::Init(_) | Command::Completions(_) | Command::Man(_)
     ) {
         cli.settings = settings::load(&cli)?;
+        if let Some(n) = cli.settings.db_pool {
+            crate::store::set_pool_size(n as usize);
+        }
     }
     // Notification events a crashed process left pending go out while this command
     // works (issue 24); what this command caused goes out after it, before exit.

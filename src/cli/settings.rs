@@ -38,6 +38,8 @@ struct ConfigFile {
     tools: Option<PathBuf>,
     /// Checked by [`crate::config::notify_section`], which names its keys.
     notify: Option<toml::Value>,
+    /// PostgreSQL connections per process (issue 25).
+    db_pool: Option<u32>,
 }
 
 /// The config file's `[notify]`, checked, as a run's snapshot keeps it.
@@ -65,12 +67,17 @@ pub struct Settings {
     pub tools: Option<PathBuf>,
     /// `[notify]` of the config file, for runs whose tools.toml has none.
     pub notify: Option<ConfigNotify>,
+    /// PostgreSQL connections per process, from `AGENTRUN_DB_POOL` or `db_pool` (the
+    /// `--db-pool` flag is applied over it by [`load`]).
+    pub db_pool: Option<u32>,
 }
 
 /// Reads the process environment and current folder.
 pub fn load(cli: &Cli) -> anyhow::Result<Settings> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    resolve(cli.db.clone(), &cwd, &|k| std::env::var_os(k))
+    let mut settings = resolve(cli.db.clone(), &cwd, &|k| std::env::var_os(k))?;
+    settings.db_pool = cli.db_pool.or(settings.db_pool);
+    Ok(settings)
 }
 
 /// Applies the precedence; `env` and `cwd` are injected for tests.
@@ -111,13 +118,44 @@ pub fn resolve(
     let tools = non_empty("AGENTRUN_TOOLS")
         .map(PathBuf::from)
         .or(file.tools.map(|t| base.join(t)));
+    let db_pool = match non_empty("AGENTRUN_DB_POOL") {
+        Some(v) => Some(pool_size(&v.to_string_lossy()).ok_or_else(|| {
+            BadInput(format!(
+                "AGENTRUN_DB_POOL={}: not a whole number from 1 to {MAX_POOL}",
+                v.to_string_lossy()
+            ))
+        })?),
+        None => file.db_pool,
+    };
+    if let (Some(n), Some(p)) = (db_pool, &config_path)
+        && !(1..=MAX_POOL).contains(&n)
+    {
+        return Err(BadInput(format!(
+            "{}: db_pool = {n} is not a whole number from 1 to {MAX_POOL}",
+            p.display()
+        ))
+        .into());
+    }
     Ok(Settings {
         db,
         db_chosen,
         model,
         tools,
         notify,
+        db_pool,
     })
+}
+
+/// The largest `--db-pool`: far above what one process needs, below a server's
+/// connection limit many times over.
+pub const MAX_POOL: u32 = 1000;
+
+/// A pool size as the flag and `AGENTRUN_DB_POOL` take it: 1 to [`MAX_POOL`].
+pub fn pool_size(text: &str) -> Option<u32> {
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=MAX_POOL).contains(n))
 }
 
 /// The nearest folder from `cwd` up that holds a `.agentrun/` folder.
@@ -160,7 +198,7 @@ fn read_config(path: &Path) -> anyhow::Result<ConfigFile> {
     toml::from_str(&text).map_err(|e| {
         let msg = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
         BadInput(format!(
-            "{}: {msg} (keys: model, database, tools, [notify])",
+            "{}: {msg} (keys: model, database, tools, db_pool, [notify])",
             path.display()
         ))
         .into()
@@ -251,7 +289,7 @@ mod tests {
             "{err}"
         );
         assert!(
-            err.ends_with("(keys: model, database, tools, [notify])"),
+            err.ends_with("(keys: model, database, tools, db_pool, [notify])"),
             "{err}"
         );
     }

@@ -20,9 +20,9 @@ pub struct DbCheck {
     pub known_version: i64,
     /// Migrations the next open applies (`known - found` when this build is newer).
     pub pending_migrations: i64,
-    /// Connections this process opens to the database per run (PostgreSQL: one per
-    /// run in flight, so a worker uses `--concurrency` of them).
-    pub connections_per_run: u32,
+    /// PostgreSQL: the most connections one agentrun process opens to the database
+    /// (its pool, shared by all its runs in flight); `None` on SQLite.
+    pub pool_size: Option<usize>,
     /// What the role or the file lacks for agentrun to work, one line each.
     pub missing_privileges: Vec<String>,
 }

@@ -60,6 +60,15 @@ pub enum StoreError {
     EscalationCancelled(i64),
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// Every connection of this process's pool stayed busy for the whole wait.
+    #[error(
+        "database {path}: all {size} connections of this process stayed busy for {waited_ms} ms; raise --db-pool (AGENTRUN_DB_POOL, or db_pool in the config file), or look for a stuck statement in pg_stat_activity"
+    )]
+    PoolExhausted {
+        path: PathBuf,
+        size: usize,
+        waited_ms: u128,
+    },
     /// A PostgreSQL error (the server's message; never the connection string).
     #[error("database error: {0}")]
     Postgres(String),
@@ -74,7 +83,7 @@ impl StoreError {
             // Damage found by a query after open is still a problem with the file.
             StoreError::Sqlite(e) => is_damage(e),
             StoreError::Postgres(_) => false,
-            StoreError::LeaseLost(_) => false,
+            StoreError::LeaseLost(_) | StoreError::PoolExhausted { .. } => false,
             _ => true,
         }
     }

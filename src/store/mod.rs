@@ -42,6 +42,7 @@ pub use fork::{ForkRun, Forked, not_started_reason};
 pub use input::{NewEscalation, NewRun, StepCommit};
 pub use lease::{LEASE_TTL_MS, Lease};
 pub use outbox::{Delivery, Notice, ends_run};
+pub use pg::{DEFAULT_POOL_SIZE, PoolStatus, pool_size, set_pool_size};
 
 pub use pg::PgStore;
 pub use sqlite::SqliteStore;
@@ -123,6 +124,15 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.path(),
             Store::Postgres(s) => s.path(),
+        }
+    }
+
+    /// PostgreSQL: this process's connection pool for the database (shared by every
+    /// store opened on the same URL); `None` on SQLite (one connection per store).
+    pub fn pool_status(&self) -> Option<PoolStatus> {
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(s) => Some(s.pool_status()),
         }
     }
 

@@ -35,6 +35,7 @@ mod notify;
 mod operating;
 mod parallel;
 mod pg;
+mod pg_pool;
 mod pg_tls;
 mod prompt_cache;
 mod providers;

@@ -1,7 +1,7 @@
 //! Removing runs and replacing a held run's snapshot, on PostgreSQL (as SQLite's
 //! `admin`: the tables a run owns are found from the catalogue).
 
-use super::conn::{PgStore, pg};
+use super::conn::PgStore;
 use super::write::{check_lease, insert_scripts};
 use crate::records::RunId;
 use crate::store::error::Result;
@@ -14,25 +14,21 @@ impl PgStore {
         self.write(move |tx| {
             // Every table with a run_id column, from the catalogue (as on SQLite).
             let tables: Vec<String> = tx
-                .tx
                 .query(
                     "SELECT table_name::text FROM information_schema.columns
                      WHERE table_schema = current_schema() AND column_name = 'run_id'
                        AND table_name <> 'runs'",
                     &[],
-                )
-                .map_err(pg)?
+                )?
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
             for table in tables {
                 // Names come from the catalogue itself, never from input.
-                tx.tx
-                    .execute(
-                        &format!("DELETE FROM \"{table}\" WHERE run_id = $1"),
-                        &[&id.0],
-                    )
-                    .map_err(pg)?;
+                tx.exec_unprepared(
+                    &format!("DELETE FROM \"{table}\" WHERE run_id = $1"),
+                    &[&id.0],
+                )?;
             }
             Ok(tx.exec("DELETE FROM runs WHERE id = $1", &[&id.0])? == 1)
         })
@@ -45,7 +41,7 @@ impl PgStore {
         if !vacuum {
             return Ok(());
         }
-        self.read(|r| r.client.batch_execute("VACUUM").map_err(pg))
+        self.read(|r| r.batch("VACUUM"))
     }
 
     pub fn replace_snapshot(

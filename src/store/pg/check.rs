@@ -2,8 +2,10 @@
 //! then ask the server — without creating or migrating anything — for its version,
 //! the connection's TLS, the schema version, and the rights agentrun needs.
 
+use super::conn::Conn;
 use super::conninfo;
 use super::migrations::MIGRATIONS;
+use super::pool::pool_size;
 use super::tls;
 use crate::store::check::DbCheck;
 use crate::store::error::{Result, StoreError};
@@ -21,13 +23,14 @@ pub fn check(url: &str) -> Result<DbCheck> {
         message,
     };
     let connector = tls::connector(&info).map_err(bad)?;
-    let mut client = info
-        .config
-        .connect(connector)
-        .map_err(|e| bad(tls::explain(&e, &info)))?;
-    let q = |e: postgres::Error| bad(e.to_string());
+    let mut conn = Conn::new(info.clone(), connector).map_err(|e| bad(e.to_string()))?;
+    let q = |e: StoreError| match e {
+        StoreError::Postgres(m) => bad(m),
+        e => e,
+    };
+    let mut client = conn.reader().map_err(q)?;
     let row = client
-        .query_one(
+        .opt(
             "SELECT current_setting('server_version'),
                 (SELECT version || ' ' || cipher FROM pg_stat_ssl
                   WHERE pid = pg_backend_pid() AND ssl),
@@ -37,7 +40,8 @@ pub fn check(url: &str) -> Result<DbCheck> {
                 to_regclass('schema_version') IS NOT NULL",
             &[],
         )
-        .map_err(q)?;
+        .map_err(q)?
+        .ok_or_else(|| bad("the server answered no row".into()))?;
     let schema: Option<String> = row.get(2);
     let mut missing = Vec::new();
     match &schema {
@@ -59,7 +63,7 @@ pub fn check(url: &str) -> Result<DbCheck> {
     }
     let found: i64 = if row.get::<_, bool>(5) {
         client
-            .query_opt("SELECT version FROM schema_version", &[])
+            .opt("SELECT version FROM schema_version", &[])
             .map_err(q)?
             .map_or(0, |r| r.get(0))
     } else {
@@ -88,7 +92,7 @@ pub fn check(url: &str) -> Result<DbCheck> {
         schema_version: 0,
         known_version: 0,
         pending_migrations: 0,
-        connections_per_run: 1,
+        pool_size: Some(pool_size()),
         missing_privileges: missing,
     }
     .with_versions(found, MIGRATIONS.len() as i64))

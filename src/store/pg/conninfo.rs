@@ -7,9 +7,9 @@
 //! tokio-postgres knows only `disable`/`prefer`/`require` and no `sslrootcert`, so both
 //! are taken out of the URL here and carried out by `tls`.
 
-use postgres::config::{Host, SslMode};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio_postgres::config::{Host, SslMode};
 
 /// libpq's `sslmode` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub enum Roots {
 /// Everything needed to connect, resolved; never shown whole (it holds the password).
 #[derive(Clone)]
 pub struct ConnInfo {
-    pub config: postgres::Config,
+    pub config: tokio_postgres::Config,
     pub tls: TlsMode,
     /// `None`: no CA given and the default file is absent (only `prefer`/`require`
     /// can then connect, without verifying the certificate, as libpq does).
@@ -94,7 +94,7 @@ pub fn resolve(url: &str, env: Env<'_>) -> Result<ConnInfo, String> {
     } else {
         format!("{base}?{}", kept.join("&"))
     };
-    let mut config: postgres::Config = rebuilt
+    let mut config: tokio_postgres::Config = rebuilt
         .parse()
         .map_err(|e| format!("cannot read the connection string: {e}"))?;
     apply_env(&mut config, env);
@@ -141,7 +141,7 @@ pub fn resolve(url: &str, env: Env<'_>) -> Result<ConnInfo, String> {
 }
 
 /// Fills what the URL left out from the libpq environment, and agentrun's timeouts.
-fn apply_env(config: &mut postgres::Config, env: Env<'_>) {
+fn apply_env(config: &mut tokio_postgres::Config, env: Env<'_>) {
     if config.get_hosts().is_empty() {
         config.host(env("PGHOST").as_deref().unwrap_or("localhost"));
     }
@@ -168,6 +168,10 @@ fn apply_env(config: &mut postgres::Config, env: Env<'_>) {
         let secs = env("PGCONNECT_TIMEOUT").and_then(|s| s.parse::<u64>().ok());
         config.connect_timeout(secs.map_or(CONNECT_TIMEOUT, Duration::from_secs));
     }
+    // What `pg_stat_activity` shows, so operators can count agentrun's connections.
+    if config.get_application_name().is_none() {
+        config.application_name("agentrun");
+    }
     let options = config.get_options().unwrap_or("").to_string();
     if !options.contains("statement_timeout") {
         let extra = format!("-c statement_timeout={STATEMENT_TIMEOUT_MS}");
@@ -180,12 +184,21 @@ fn apply_env(config: &mut postgres::Config, env: Env<'_>) {
     }
 }
 
+/// The limit on one whole connection attempt: the URL's `connect_timeout`, else
+/// `PGCONNECT_TIMEOUT`, else [`CONNECT_TIMEOUT`] (`resolve` always sets one).
+pub fn connect_timeout(config: &tokio_postgres::Config) -> Duration {
+    config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(CONNECT_TIMEOUT)
+}
+
 fn home(env: Env<'_>) -> Option<PathBuf> {
     env("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
 }
 
 /// The first host and port, as `host:port` (a socket folder for a Unix socket).
-fn endpoint(config: &postgres::Config) -> String {
+fn endpoint(config: &tokio_postgres::Config) -> String {
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(h)) => h.clone(),
         Some(Host::Unix(p)) => p.display().to_string(),
@@ -198,7 +211,7 @@ fn endpoint(config: &postgres::Config) -> String {
 /// The password `~/.pgpass` (or `PGPASSFILE`) gives for this host, port, database and
 /// user: the first matching line, `*` matching anything, as libpq reads it. A file
 /// that group or others can read is ignored, as libpq does.
-fn pgpass_password(config: &postgres::Config, env: Env<'_>) -> Option<String> {
+fn pgpass_password(config: &tokio_postgres::Config, env: Env<'_>) -> Option<String> {
     let path = env("PGPASSFILE")
         .map(PathBuf::from)
         .or_else(|| home(env).map(|h| h.join(".pgpass")))?;

@@ -3,14 +3,19 @@
 //! anywhere (`agentrun submit` / `agentrun worker`).
 //!
 //! **Shape.** [`PgStore`] has the SQLite store's synchronous methods, so every call
-//! site (the driver, the commands) is the same for both. Underneath is `tokio-postgres`
-//! through its blocking facade, the `postgres` crate, which runs a tokio runtime of its
-//! own and `block_on`s each query. That is not allowed on a thread that is already
-//! inside a runtime (the driver's), so the connection lives on a dedicated thread and
-//! each store call sends it a job and blocks until the answer comes back: exactly how
-//! the driver already blocks on an SQLite call. One store is one connection; a worker
-//! runs each of its `--concurrency N` slots with a store of its own, so N runs commit
-//! on N connections at once and no pool is needed.
+//! site (the driver, the commands) is the same for both. Underneath is tokio-postgres,
+//! whose client must not be blocked on from a thread already inside a runtime (the
+//! driver's), so each connection lives on a dedicated thread with a current-thread
+//! runtime of its own, and a store call sends it a job and blocks until the answer
+//! comes back: exactly how the driver already blocks on an SQLite call.
+//!
+//! **Connections** (issue 25) come from one bounded pool per process and URL
+//! (`pool`): every store opened on the URL — a worker's `--concurrency N` slots, the
+//! console, a command — shares at most `--db-pool` connections (default 10), each
+//! call holding one for the length of a transaction or a read. A call that finds them
+//! all busy waits up to 20 s, then fails naming the size and how to raise it. A
+//! connection attempt (TCP, TLS, startup, authentication) is bounded as a whole by the
+//! connect timeout, each statement by `statement_timeout` (`conninfo`).
 //!
 //! **Transactions and fencing.** Every write is one transaction (READ COMMITTED) whose
 //! first statement is the lease check, an `UPDATE` of the run's row: it takes that
@@ -35,13 +40,13 @@
 //!
 //! Connection strings can carry a password: it is never stored, and [`PgStore::path`]
 //! (what messages show) drops it.
-
 //!
 //! Module map (imports go downwards only): `url` (what messages show of a connection
-//! string), `migrations`, `conn` (the connection thread, transactions, migrating on
-//! open), `write` and `rows` (the writes and row readers the tables share), then
-//! `runs`, `queue`, `journal`, `escalations` and `admin`, each adding its methods to
-//! [`PgStore`].
+//! string), `conninfo` and `tls` (where and how to connect), `migrations`, `pool` (the
+//! bounded pool, generic over its slots), `conn` (the connection threads, the
+//! process's pools, transactions, migrating on open), `write` and `rows` (the writes
+//! and row readers the tables share), then `runs`, `queue`, `journal`, `escalations`,
+//! `cancel`, `admin` and `check`, each adding its methods to [`PgStore`].
 
 mod admin;
 mod cancel;
@@ -53,6 +58,7 @@ mod journal;
 mod migrations;
 mod operate;
 mod outbox;
+mod pool;
 mod queue;
 mod rows;
 mod runs;
@@ -62,4 +68,5 @@ mod write;
 
 pub use check::check;
 pub use conn::PgStore;
+pub use pool::{DEFAULT_POOL_SIZE, PoolStatus, pool_size, set_pool_size};
 pub use url::redact_url;

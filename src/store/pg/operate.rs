@@ -9,7 +9,7 @@ use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
 use crate::store::fork::{ForkPoint, ForkRun, Forked, check_accepts, not_started_reason};
 use crate::store::lease::Lease;
-use postgres::Row;
+use tokio_postgres::Row;
 
 impl PgStore {
     pub fn fork_run(&self, f: &ForkRun<'_>) -> Result<Forked> {

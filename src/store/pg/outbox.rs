@@ -9,7 +9,7 @@ use crate::store::durability::now_ms;
 use crate::store::error::Result;
 use crate::store::lease::process_alive;
 use crate::store::outbox::{CLAIM_MS, Delivery, Notice, ends_run, new_id};
-use postgres::Row;
+use tokio_postgres::Row;
 
 /// Writes an event row inside the caller's transaction.
 pub(super) fn record(

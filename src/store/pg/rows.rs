@@ -7,8 +7,8 @@ use crate::records::{
     RunRow, RunStatus, StoredEvent, StoredMessage,
 };
 use crate::store::error::{Result, StoreError};
-use postgres::Row;
 use serde_json::Value;
+use tokio_postgres::Row;
 
 pub(super) fn run_row(r: &Row) -> Result<RunRow> {
     let id: String = r.get(0);

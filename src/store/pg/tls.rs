@@ -172,7 +172,7 @@ impl ServerCertVerifier for AnyName {
 }
 
 /// One line saying why connecting to `info` failed and what to change.
-pub fn explain(e: &postgres::Error, info: &ConnInfo) -> String {
+pub fn explain(e: &tokio_postgres::Error, info: &ConnInfo) -> String {
     let at = &info.endpoint;
     let user = info.config.get_user().unwrap_or("");
     let db = info.config.get_dbname().unwrap_or(user);
@@ -243,7 +243,7 @@ pub fn explain(e: &postgres::Error, info: &ConnInfo) -> String {
     format!("cannot connect to {at}: {text}")
 }
 
-fn timed_out(info: &ConnInfo) -> String {
+pub fn timed_out(info: &ConnInfo) -> String {
     let secs = info.config.get_connect_timeout().map_or(0, |d| d.as_secs());
     format!(
         "no answer from {} within {secs} s (connect timeout): check the host, port and any \
@@ -254,7 +254,7 @@ fn timed_out(info: &ConnInfo) -> String {
 
 /// `e` and its sources, as one line (tokio-postgres puts the cause in the source:
 /// "invalid configuration: password missing").
-fn chain(e: &postgres::Error) -> String {
+fn chain(e: &tokio_postgres::Error) -> String {
     let mut text = e.to_string();
     let mut cur = std::error::Error::source(e);
     while let Some(err) = cur {
@@ -266,7 +266,7 @@ fn chain(e: &postgres::Error) -> String {
 }
 
 /// The first error of type `T` in `e`'s source chain.
-fn find<T: std::error::Error + 'static>(e: &postgres::Error) -> Option<&T> {
+fn find<T: std::error::Error + 'static>(e: &tokio_postgres::Error) -> Option<&T> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(t) = err.downcast_ref::<T>() {

@@ -45,7 +45,7 @@ pub fn check(path: &Path) -> Result<DbCheck> {
         schema_version: 0,
         known_version: 0,
         pending_migrations: 0,
-        connections_per_run: 1,
+        pool_size: None,
         missing_privileges: missing,
     }
     .with_versions(found, MIGRATIONS.len() as i64))

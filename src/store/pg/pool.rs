@@ -1,0 +1,270 @@
+//! The bounded connection pool (issue 25): every [`super::PgStore`] a process opens on
+//! one URL shares one pool of at most `size` connections, so a worker's `--concurrency
+//! N` runs, the console and the commands of one process never hold more than `size`
+//! server connections, however many runs are in flight.
+//!
+//! A store call takes a connection for the length of one job (a transaction, or one
+//! read) and gives it back; no session state outside a job is used, so any connection
+//! serves any store. Connections are opened lazily, the first one by `PgStore::open`;
+//! a call that finds all `size` busy waits up to `wait` and then fails with
+//! [`StoreError::PoolExhausted`] naming the size and how to raise it.
+//!
+//! The pool is generic over what a slot is (a connection thread's job queue in
+//! production, a number in the unit tests), so its waiting and counting are tested
+//! without a server.
+
+use crate::store::error::{Result, StoreError};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Connections per process unless `--db-pool`, `AGENTRUN_DB_POOL` or `db_pool` in the
+/// config file says otherwise: calls are short (one step's commit, a heartbeat), so a
+/// few connections serve many runs in flight; ten is what most PostgreSQL pools use.
+pub const DEFAULT_POOL_SIZE: usize = 10;
+/// How long a call waits for a free connection before it fails: longer than any
+/// ordinary commit, shorter than the lease TTL (a heartbeat that waits longer has
+/// already lost its run).
+pub const POOL_WAIT: Duration = Duration::from_secs(20);
+
+static SIZE: AtomicUsize = AtomicUsize::new(DEFAULT_POOL_SIZE);
+
+/// Sets the size of the pools this process opens from now on (0 is taken as 1).
+pub fn set_pool_size(size: usize) {
+    SIZE.store(size.max(1), Ordering::Relaxed);
+}
+
+/// The size the next pool gets.
+pub fn pool_size() -> usize {
+    SIZE.load(Ordering::Relaxed)
+}
+
+/// What a pool holds right now (for `db check` and for measuring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolStatus {
+    /// The most connections it opens.
+    pub size: usize,
+    /// Connections open (busy or idle).
+    pub open: usize,
+    /// Connections open and free.
+    pub idle: usize,
+    /// Calls waiting for one.
+    pub waiting: usize,
+}
+
+type Make<S> = Box<dyn Fn() -> Result<S> + Send + Sync>;
+
+/// At most `size` slots, made by `make` when none is free and fewer are open.
+pub struct Pool<S> {
+    size: usize,
+    wait: Duration,
+    /// The database, for the error message.
+    display: PathBuf,
+    make: Make<S>,
+    state: Mutex<State<S>>,
+    freed: Condvar,
+}
+
+struct State<S> {
+    idle: Vec<S>,
+    open: usize,
+    waiting: usize,
+}
+
+impl<S> Pool<S> {
+    pub fn new(size: usize, wait: Duration, display: PathBuf, make: Make<S>) -> Pool<S> {
+        Pool {
+            size: size.max(1),
+            wait,
+            display,
+            make,
+            state: Mutex::new(State {
+                idle: Vec::new(),
+                open: 0,
+                waiting: 0,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// A free slot, a new one when fewer than `size` are open, or — after waiting up to
+    /// `wait` for one to come back — [`StoreError::PoolExhausted`].
+    pub fn get(&self) -> Result<Pooled<'_, S>> {
+        let deadline = Instant::now() + self.wait;
+        let mut st = self.lock();
+        loop {
+            if let Some(slot) = st.idle.pop() {
+                return Ok(self.pooled(slot));
+            }
+            if st.open < self.size {
+                st.open += 1;
+                drop(st);
+                return match (self.make)() {
+                    Ok(slot) => Ok(self.pooled(slot)),
+                    Err(e) => {
+                        self.lock().open -= 1;
+                        self.freed.notify_one();
+                        Err(e)
+                    }
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(StoreError::PoolExhausted {
+                    path: self.display.clone(),
+                    size: self.size,
+                    waited_ms: self.wait.as_millis(),
+                });
+            }
+            st.waiting += 1;
+            st = self
+                .freed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            st.waiting -= 1;
+        }
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let st = self.lock();
+        PoolStatus {
+            size: self.size,
+            open: st.open,
+            idle: st.idle.len(),
+            waiting: st.waiting,
+        }
+    }
+
+    fn pooled(&self, slot: S) -> Pooled<'_, S> {
+        Pooled {
+            pool: self,
+            slot: Some(slot),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<S>> {
+        // A panic while holding the lock leaves the counts consistent (no await
+        // points, no partial updates), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A slot taken from the pool; it goes back when dropped, unless [`Pooled::discard`]
+/// said it is broken (then the pool may open another in its place).
+pub struct Pooled<'p, S> {
+    pool: &'p Pool<S>,
+    slot: Option<S>,
+}
+
+impl<S> Pooled<'_, S> {
+    pub fn slot(&self) -> &S {
+        self.slot.as_ref().expect("present until dropped")
+    }
+
+    /// Drops the slot instead of returning it (its connection thread is gone).
+    pub fn discard(mut self) {
+        self.slot = None;
+    }
+}
+
+impl<S> Drop for Pooled<'_, S> {
+    fn drop(&mut self) {
+        let mut st = self.pool.lock();
+        match self.slot.take() {
+            Some(slot) => st.idle.push(slot),
+            None => st.open -= 1,
+        }
+        drop(st);
+        self.pool.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32;
+
+    fn counting(size: usize, wait: Duration) -> (Arc<Pool<u32>>, Arc<AtomicU32>) {
+        let made = Arc::new(AtomicU32::new(0));
+        let m = made.clone();
+        let pool = Pool::new(
+            size,
+            wait,
+            PathBuf::from("postgres://u@h:1/d"),
+            Box::new(move || Ok(m.fetch_add(1, Ordering::SeqCst))),
+        );
+        (Arc::new(pool), made)
+    }
+
+    #[test]
+    fn slots_are_reused_and_never_more_than_size_are_made() {
+        let (pool, made) = counting(2, Duration::from_secs(5));
+        let a = pool.get().unwrap();
+        let b = pool.get().unwrap();
+        assert_ne!(a.slot(), b.slot());
+        drop(a);
+        let c = pool.get().unwrap();
+        assert_eq!(*c.slot(), 0, "the returned slot is reused");
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        let s = pool.status();
+        assert_eq!((s.size, s.open, s.idle), (2, 2, 0));
+    }
+
+    #[test]
+    fn a_call_finding_every_slot_busy_fails_after_the_wait_naming_the_size() {
+        let (pool, _) = counting(1, Duration::from_millis(50));
+        let _held = pool.get().unwrap();
+        let began = Instant::now();
+        let err = pool.get().err().expect("exhausted");
+        assert!(began.elapsed() >= Duration::from_millis(50));
+        let text = err.to_string();
+        assert!(text.contains("all 1 connections"), "{text}");
+        assert!(text.contains("--db-pool"), "{text}");
+        assert!(text.contains("postgres://u@h:1/d"), "{text}");
+        assert!(!err.is_bad_input());
+    }
+
+    #[test]
+    fn a_waiting_call_gets_the_slot_another_gives_back() {
+        let (pool, made) = counting(1, Duration::from_secs(30));
+        let held = pool.get().unwrap();
+        let p = pool.clone();
+        let waiter = std::thread::spawn(move || *p.get().unwrap().slot());
+        // A real condition, not a sleep: the waiter is counted before it is released.
+        let until = Instant::now() + Duration::from_secs(10);
+        while pool.status().waiting == 0 {
+            assert!(Instant::now() < until, "the waiter never waited");
+            std::thread::yield_now();
+        }
+        drop(held);
+        assert_eq!(waiter.join().unwrap(), 0);
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_discarded_slot_frees_its_place_and_a_failed_make_takes_none() {
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let f = fail.clone();
+        let pool = Pool::new(
+            1,
+            Duration::from_millis(10),
+            PathBuf::from("db"),
+            Box::new(move || {
+                if f.load(Ordering::SeqCst) {
+                    Err(StoreError::Postgres("refused".into()))
+                } else {
+                    Ok(7)
+                }
+            }),
+        );
+        assert!(pool.get().is_err());
+        assert_eq!(pool.status().open, 0);
+        fail.store(false, Ordering::SeqCst);
+        pool.get().unwrap().discard();
+        assert_eq!(pool.status().open, 0);
+        assert_eq!(*pool.get().unwrap().slot(), 7);
+    }
+}
