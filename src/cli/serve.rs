@@ -53,6 +53,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
     let opts = crate::serve::Options {
         db: cli.db_path(),
         token: given.clone().unwrap_or_else(crate::serve::random_token),
+        render: super::render_text,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -13,142 +13,17 @@
 //! answer is read is `crate::hooks`.
 
 use super::Sink;
+use super::fields::{ChildEnv, EnvDefaults, check_command_at, command_spec};
 use super::raw::Where;
-use super::resolve::{ChildEnv, EnvDefaults, check_command_at, command_spec};
-use super::types::{CommandSpec, DEFAULT_OUTPUT_CAP};
-use serde::Deserialize;
+pub use super::raw::{RawHook, RawHooks};
+use super::types::DEFAULT_OUTPUT_CAP;
+pub use super::types::{Hook, HookEvent, Hooks, OnHookError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 /// A hook's time limit when it gives none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawHooks {
-    pub before_tool: Option<Vec<RawHook>>,
-    pub after_tool: Option<Vec<RawHook>>,
-    pub before_model: Option<Vec<RawHook>>,
-    pub run_end: Option<Vec<RawHook>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawHook {
-    pub command: Vec<String>,
-    pub tools: Option<Vec<String>>,
-    pub timeout: Option<String>,
-    pub on_error: Option<String>,
-    /// The hook only decides (reads its input, writes nothing): run it again when its
-    /// decision was lost in a crash.
-    pub idempotent: Option<bool>,
-    pub env: Option<Vec<String>>,
-    pub set: Option<BTreeMap<String, String>>,
-    pub inherit: Option<String>,
-}
-
-/// When a hook runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HookEvent {
-    BeforeTool,
-    AfterTool,
-    BeforeModel,
-    RunEnd,
-}
-
-impl HookEvent {
-    pub const ALL: [HookEvent; 4] = [
-        HookEvent::BeforeTool,
-        HookEvent::AfterTool,
-        HookEvent::BeforeModel,
-        HookEvent::RunEnd,
-    ];
-
-    /// The key in `[hooks]`.
-    pub fn key(self) -> &'static str {
-        match self {
-            HookEvent::BeforeTool => "before_tool",
-            HookEvent::AfterTool => "after_tool",
-            HookEvent::BeforeModel => "before_model",
-            HookEvent::RunEnd => "run_end",
-        }
-    }
-}
-
-/// What a hook that fails (exits other than 0 or 2, cannot start, times out) means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnHookError {
-    /// The call (or request) is blocked: a policy that cannot answer does not let
-    /// things through.
-    #[default]
-    Block,
-    /// The failure is recorded and the call goes on.
-    Allow,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Hook {
-    pub command: CommandSpec,
-    /// Tool-name patterns (`*` matches any run of characters); empty: every tool.
-    pub tools: Vec<String>,
-    pub timeout: Duration,
-    pub on_error: OnHookError,
-    /// Run again when agentrun died before its decision was journaled; otherwise
-    /// such a lost decision counts as a failure (`on_error` decides).
-    pub idempotent: bool,
-}
-
-impl Hook {
-    /// Whether the hook runs for calls of `tool`.
-    pub fn matches(&self, tool: &str) -> bool {
-        self.tools.is_empty() || self.tools.iter().any(|p| glob(p, tool))
-    }
-}
-
-/// The hooks of a tools.toml, by event, in file order.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Hooks {
-    pub by_event: BTreeMap<HookEvent, Vec<Hook>>,
-}
-
-impl Hooks {
-    /// The hooks of `event` that run for `tool` (every hook of the event for `None`).
-    pub fn for_event<'h>(
-        &'h self,
-        event: HookEvent,
-        tool: Option<&'h str>,
-    ) -> impl Iterator<Item = (usize, &'h Hook)> + 'h {
-        self.by_event
-            .get(&event)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .filter(move |(_, h)| tool.is_none_or(|t| h.matches(t)))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_event.values().all(Vec::is_empty)
-    }
-}
-
-/// `*` matches any run of characters; everything else itself.
-fn glob(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let [first, middle @ .., last] = &parts[..] else {
-        return pattern == name;
-    };
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
 
 /// Resolves `[hooks]`, reporting each problem with its event and index
 /// (`hooks.before_tool[0].timeout: …`).
@@ -217,7 +92,7 @@ fn resolve_one(
         set: &raw.set,
         inherit: raw.inherit.as_deref(),
         // A hook runs in `[defaults]`'s sandbox (issue 22); it has no keys of its own.
-        sandbox: super::resolve::SandboxKeys {
+        sandbox: super::fields::SandboxKeys {
             sandbox: None,
             writable: &None,
             network: None,
@@ -238,27 +113,5 @@ fn resolve_one(
         timeout,
         on_error,
         idempotent: raw.idempotent.unwrap_or(false),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob;
-
-    #[test]
-    fn patterns_match_whole_names_with_stars_for_any_run() {
-        for (pattern, name, want) in [
-            ("send_email", "send_email", true),
-            ("send_email", "send_emails", false),
-            ("send_*", "send_email", true),
-            ("*", "anything", true),
-            ("*_order", "lookup_order", true),
-            ("*_order", "lookup_orders", false),
-            ("kb*cache", "kb_cache", true),
-            ("a*b*c", "abc", true),
-            ("a*b*c", "acb", false),
-        ] {
-            assert_eq!(glob(pattern, name), want, "{pattern} vs {name}");
-        }
     }
 }

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::Sink;
-use super::raw::{RawMcp, Section, Where};
-use super::resolve::{
+use super::fields::{
     ChildEnv, EnvDefaults, RetryFields, approval, command_spec, fallback_step, on_unknown,
     resolve_retry,
 };
+use super::raw::{RawMcp, Section, Where};
 use super::types::*;
 use super::validate::{self, check_count};
 
@@ -185,7 +185,7 @@ fn transport(
         env: &raw.env,
         set: &raw.set,
         inherit: raw.inherit.as_deref(),
-        sandbox: super::resolve::SandboxKeys {
+        sandbox: super::fields::SandboxKeys {
             sandbox: raw.sandbox.as_deref(),
             writable: &raw.writable,
             network: raw.network,

@@ -7,6 +7,7 @@
 //! one-line [`ConfigError`] naming the file, the tool and the key.
 
 pub mod agents;
+mod fields;
 pub mod hooks;
 mod mcp;
 mod notify;

@@ -1,8 +1,8 @@
 //! `[notify]` of tools.toml (and of the config file): checked like every other section,
 //! every problem named with its key.
 
+use super::fields::{RetryFields, resolve_retry};
 use super::raw::{RawNotify, Section, Where, read_section};
-use super::resolve::{RetryFields, resolve_retry};
 use super::types::{NotifyConfig, NotifyEvent, RetryPolicy};
 use super::{ConfigErrors, Sink};
 use std::path::Path;

@@ -149,7 +149,7 @@ pub struct RawFile {
     pub policy: Section<RawPolicy>,
     pub tools: BTreeMap<String, Section<RawTool>>,
     pub mcp: BTreeMap<String, Section<RawMcp>>,
-    pub hooks: Section<super::hooks::RawHooks>,
+    pub hooks: Section<RawHooks>,
     pub notify: Option<Section<RawNotify>>,
     pub agents: BTreeMap<String, Section<super::agents::RawAgent>>,
 }
@@ -439,6 +439,30 @@ impl<'de> serde::Deserializer<'de> for FieldProbe<'_> {
         byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
         identifier ignored_any
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHooks {
+    pub before_tool: Option<Vec<RawHook>>,
+    pub after_tool: Option<Vec<RawHook>>,
+    pub before_model: Option<Vec<RawHook>>,
+    pub run_end: Option<Vec<RawHook>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHook {
+    pub command: Vec<String>,
+    pub tools: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    pub on_error: Option<String>,
+    /// The hook only decides (reads its input, writes nothing): run it again when its
+    /// decision was lost in a crash.
+    pub idempotent: Option<bool>,
+    pub env: Option<Vec<String>>,
+    pub set: Option<BTreeMap<String, String>>,
+    pub inherit: Option<String>,
 }
 
 #[cfg(test)]

@@ -29,44 +29,16 @@
 //! a pause never leaves a finished call without its journaled outcome nor starts a call
 //! a sequential run would not have reached.
 
+use super::calls::{Kind, Slot};
 use super::effects::{Effect, RunCall};
 use super::{ASK_USER, Machine};
 use crate::model::limits::MAX_CALLS_PER_TURN;
 use crate::recovery::Execution;
 use crate::taxonomy::ErrorKind;
-use serde_json::Value;
 
 /// At most this many calls of one step run at the same time, unless tools.toml's
 /// `[policy] max_parallel_calls` says otherwise (1: one by one, as before issue 14).
 pub const MAX_PARALLEL: usize = crate::config::types::DEFAULT_MAX_PARALLEL_CALLS as usize;
-
-/// Where one call of the step stands.
-pub(super) enum Slot {
-    /// Not begun.
-    Pending,
-    /// Handed to the driver; `modified`: the arguments a person gave, if any.
-    Running { modified: Option<Value> },
-    /// Ran; its result waits for the calls before it.
-    Arrived(super::calls::Ended),
-    /// Ran, and its result may pause the run: settled at the head, alone.
-    Held {
-        execution: Execution,
-        modified: Option<Value>,
-    },
-    /// Applied.
-    Done,
-}
-
-/// How a call not yet begun may run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    /// Answered without running (journaled, over the per-turn cap, not offered).
-    Answered,
-    /// Only the recovery chain: may run alongside others.
-    Together,
-    /// May pause, or depends on what the calls before it decide: runs alone.
-    Alone,
-}
 
 impl Machine<'_> {
     /// How the step's call `idx` may run.

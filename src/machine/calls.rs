@@ -2,7 +2,6 @@
 //! honour a person's decision, handle a call a crash interrupted, hand the rest to the
 //! recovery chain — or pause for a person.
 
-use super::batch::{Kind, Slot};
 use super::effects::{CallFinished, Effect, RunCall, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, Step};
@@ -42,6 +41,34 @@ pub(super) enum Next {
     Ended(Ended),
     /// It waits for [`Effect::RunCall`]'s event, or the run paused.
     Waiting,
+}
+
+/// Where one call of the step stands.
+pub(super) enum Slot {
+    /// Not begun.
+    Pending,
+    /// Handed to the driver; `modified`: the arguments a person gave, if any.
+    Running { modified: Option<Value> },
+    /// Ran; its result waits for the calls before it.
+    Arrived(Ended),
+    /// Ran, and its result may pause the run: settled at the head, alone.
+    Held {
+        execution: Execution,
+        modified: Option<Value>,
+    },
+    /// Applied.
+    Done,
+}
+
+/// How a call not yet begun may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Answered without running (journaled, over the per-turn cap, not offered).
+    Answered,
+    /// Only the recovery chain: may run alongside others.
+    Together,
+    /// May pause, or depends on what the calls before it decide: runs alone.
+    Alone,
 }
 
 pub(super) struct Ended {

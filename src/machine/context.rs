@@ -20,10 +20,10 @@
 //! message — a step of its own, journaled and committed like any other, so a resumed
 //! run reads the same compacted context and does not pay for the summary again.
 
+pub use super::state::Compaction;
 use super::state::LoopState;
 use crate::model::estimate::{approx_tokens, message_bytes};
 use crate::model::{Message, Part, Role};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Compact when the estimate passes this share of the room for input.
@@ -46,18 +46,6 @@ paid…), with its call id and outcome, so that it is not done again.\n\
 3. Open questions and the next step.\n\
 An earlier summary, if there is one, comes first: carry its facts and effects forward. \
 Be brief. Do not call tools.";
-
-/// Where the last compaction left the context (stored in the loop state).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Compaction {
-    /// The step whose message is the summary.
-    pub step: u32,
-    /// Steps from this one up to `step` are kept verbatim after the summary.
-    pub kept_from: u32,
-    /// Assistant turns no longer in the context (all compactions so far): a scripted
-    /// model counts them to pick its turn.
-    pub turns_left_out: u32,
-}
 
 /// The first step (after the opening, step 0) a loader must read to rebuild the
 /// context: all of them when the run was never compacted.

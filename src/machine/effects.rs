@@ -46,7 +46,7 @@ pub enum Event {
         execution: Execution,
     },
     /// Someone or something asks the run to stop ([`super::stop`]).
-    StopRequested(super::stop::StopRequest),
+    StopRequested(StopRequest),
     /// After a stop, the driver gave up on the work in flight: the model request was
     /// dropped (nothing of it journaled), running calls' process groups were killed.
     Aborted,
@@ -252,4 +252,47 @@ pub enum Notice {
     },
     /// A person's message was delivered to the model after `step` (issue 21).
     MessageDelivered { step: u32, by: String },
+}
+
+/// Why a run is asked to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopCause {
+    /// `agentrun runs cancel`: the run ends as `cancelled`, for good.
+    Cancel,
+    /// SIGTERM or Ctrl-C to the process driving it: `interrupted`, resumable.
+    Signal,
+    /// The worker driving it shuts down: back to the queue for another worker.
+    WorkerShutdown,
+    /// The run's time budget (`max_duration`) ran out mid-step: `budget_exhausted`.
+    Deadline,
+}
+
+/// A request to stop the run: why, who asked, and their words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopRequest {
+    pub cause: StopCause,
+    /// Who asked (a user, a worker's name, "signal", "time budget").
+    pub by: String,
+    /// Their reason, when they gave one.
+    pub reason: Option<String>,
+}
+
+impl StopRequest {
+    pub fn new(cause: StopCause, by: impl Into<String>) -> StopRequest {
+        StopRequest {
+            cause,
+            by: by.into(),
+            reason: None,
+        }
+    }
+
+    /// The status the run ends with.
+    pub fn status(&self) -> RunStatus {
+        match self.cause {
+            StopCause::Cancel => RunStatus::Cancelled,
+            StopCause::Signal => RunStatus::Interrupted,
+            StopCause::WorkerShutdown => RunStatus::Queued,
+            StopCause::Deadline => RunStatus::BudgetExhausted,
+        }
+    }
 }

@@ -158,7 +158,7 @@ struct Step {
     /// The last fresh outcome, journaled with the commit.
     last_fresh: Option<CallRecord>,
     /// Where each call stands ([`batch`]), by index in `calls`.
-    slots: Vec<batch::Slot>,
+    slots: Vec<calls::Slot>,
     /// Calls handed to the driver and not yet answered.
     running: usize,
     /// The first call [`Machine::fill`] has not looked at yet.

@@ -70,7 +70,7 @@ impl Machine<'_> {
             step: next.steps,
             messages: vec![assistant, note],
             state: next,
-            status: crate::store::RunStatus::Running,
+            status: crate::records::RunStatus::Running,
             answer: None,
             error: None,
             outcome: None,

@@ -1,7 +1,7 @@
 //! A step from its model response to its commit: the answer, a response cut at the
 //! token limit, a failed model call, and the commit of a step whose calls all ended.
 
-use super::batch::Slot;
+use super::calls::Slot;
 use super::effects::{Commit, Effect, Notice, Stop, StopReason};
 use super::escalate::Raise;
 use super::{Machine, Step};

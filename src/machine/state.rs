@@ -45,7 +45,7 @@ pub struct LoopState {
     pub shortened_before: u32,
     /// The last compaction, when earlier turns were summarised (issue 15).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub compaction: Option<super::context::Compaction>,
+    pub compaction: Option<Compaction>,
     /// Money spent on model calls, in USD, from the price table (issue 15).
     #[serde(skip_serializing_if = "is_zero_f64")]
     pub cost_usd: f64,
@@ -215,6 +215,18 @@ pub fn budget_note(state: &LoopState, max_steps: u32, max_tokens: u64) -> String
          and {tokens_left} of {max_tokens} tokens remain.",
         state.steps + 1
     )
+}
+
+/// Where the last compaction left the context (stored in the loop state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// The step whose message is the summary.
+    pub step: u32,
+    /// Steps from this one up to `step` are kept verbatim after the summary.
+    pub kept_from: u32,
+    /// Assistant turns no longer in the context (all compactions so far): a scripted
+    /// model counts them to pick its turn.
+    pub turns_left_out: u32,
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@
 //! - once stopped, every later event is ignored.
 
 use super::effects::{Effect, Event, Notice, Stop, StopReason};
-use super::{Machine, batch::Slot, state::BudgetStop};
-use crate::store::RunStatus;
+pub use super::effects::{StopCause, StopRequest};
+use super::{Machine, calls::Slot, state::BudgetStop};
 
 /// Where the machine stands, as the last effects it returned left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,49 +45,6 @@ impl Phase {
             Effect::RunCall(_) => Some(Phase::Calling),
             _ => None,
         })
-    }
-}
-
-/// Why a run is asked to stop.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopCause {
-    /// `agentrun runs cancel`: the run ends as `cancelled`, for good.
-    Cancel,
-    /// SIGTERM or Ctrl-C to the process driving it: `interrupted`, resumable.
-    Signal,
-    /// The worker driving it shuts down: back to the queue for another worker.
-    WorkerShutdown,
-    /// The run's time budget (`max_duration`) ran out mid-step: `budget_exhausted`.
-    Deadline,
-}
-
-/// A request to stop the run: why, who asked, and their words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StopRequest {
-    pub cause: StopCause,
-    /// Who asked (a user, a worker's name, "signal", "time budget").
-    pub by: String,
-    /// Their reason, when they gave one.
-    pub reason: Option<String>,
-}
-
-impl StopRequest {
-    pub fn new(cause: StopCause, by: impl Into<String>) -> StopRequest {
-        StopRequest {
-            cause,
-            by: by.into(),
-            reason: None,
-        }
-    }
-
-    /// The status the run ends with.
-    pub fn status(&self) -> RunStatus {
-        match self.cause {
-            StopCause::Cancel => RunStatus::Cancelled,
-            StopCause::Signal => RunStatus::Interrupted,
-            StopCause::WorkerShutdown => RunStatus::Queued,
-            StopCause::Deadline => RunStatus::BudgetExhausted,
-        }
     }
 }
 

@@ -7,7 +7,7 @@ use super::effects::{Effect, Event, Notice, Stop, StopReason};
 use super::state::LoopState;
 use super::stop::{Phase, StopCause, StopRequest};
 use super::tests::{H, ask, call, commit, outcome, reply, run_call, text};
-use crate::store::RunStatus;
+use crate::records::RunStatus;
 use serde_json::json;
 
 fn cancel() -> StopRequest {

@@ -12,7 +12,7 @@ use super::effects::{Commit, Effect, Notice};
 use super::reply::{failed, running};
 use super::state::LoopState;
 use crate::model::{Message, Role};
-use crate::store::RunStatus;
+use crate::records::RunStatus;
 
 /// Problems named in the note to the model; the rest are counted.
 const SHOWN: usize = 10;

@@ -44,7 +44,14 @@ pub struct Options {
     pub db: PathBuf,
     /// The access token a browser exchanges for a session.
     pub token: String,
+    /// How a run page shows the run: `runs show`'s text, given by the command line
+    /// (which sits above the console and owns that view).
+    pub render: RenderRun,
 }
+
+/// The whole of `runs show` for a run, as text in a style.
+pub type RenderRun =
+    fn(&Store, &crate::records::RunId, crate::render::Style) -> anyhow::Result<String>;
 
 /// What every handler shares.
 pub struct App {
@@ -55,6 +62,7 @@ pub struct App {
     pub(crate) drivers: drive::Drivers,
     /// `http://HOST:PORT` when the token was generated: login links are printed then.
     links: std::sync::OnceLock<String>,
+    pub(crate) render: RenderRun,
 }
 
 impl App {
@@ -122,6 +130,7 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         live: live::Live::default(),
         drivers: drive::Drivers::default(),
         links: std::sync::OnceLock::new(),
+        render: opts.render,
     });
     let router = Router::new()
         .route("/", get(escalation::queue))

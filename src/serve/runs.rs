@@ -99,7 +99,7 @@ fn state(app: &App, id: &RunId) -> Option<LoopState> {
 
 /// The run's `runs show` text, without colour.
 pub fn text(app: &App, id: &RunId) -> String {
-    crate::cli::render_text(&app.store, id, Style::PLAIN)
+    (app.render)(&app.store, id, Style::PLAIN)
         .unwrap_or_else(|e| format!("cannot render the run: {e:#}"))
 }
 

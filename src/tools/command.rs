@@ -18,12 +18,12 @@
 //! accepted; the guard and malformed kinds belong to agentrun.
 
 use super::CallContext;
+pub use super::env::{ChildEnv, child_env};
 use super::outcome::{AttemptResult, ErrorClass, ErrorKind, ToolError};
 use super::sandbox;
 use crate::config::types::{CommandSpec, ToolDef};
-use crate::redact::{self, Secrets};
+use crate::redact::Secrets;
 use serde_json::Value;
-use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -33,10 +33,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 const STDERR_CAP: usize = 16 * 1024;
 /// How much of stderr goes into an error message.
 const STDERR_TAIL: usize = 500;
-/// What every command tool receives from agentrun's environment (DESIGN §3), plus `LC_*`.
-const CORE_ENV: [&str; 9] = [
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG",
-];
 
 pub async fn run(
     spec: &CommandSpec,
@@ -272,54 +268,6 @@ fn build(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     Ok((child.cmd, child.env.secrets))
-}
-
-/// A child's environment and the secret values in it (to redact from its output).
-#[derive(Debug, Default)]
-pub struct ChildEnv {
-    pub vars: Vec<(OsString, OsString)>,
-    pub secrets: Secrets,
-}
-
-/// The child's environment (DESIGN §3, issue 12 item 6): an allow-list — the core set,
-/// the names listed in `env` (the tool's and `[defaults]`'s), and `set`. With
-/// `inherit = "all"` every other variable passes too, except secret-looking names
-/// ([`redact::is_secret_name`]) and values ([`redact::is_secret_value`]: token
-/// formats, webhook URLs, URLs with credentials). The values of
-/// secret-looking variables the child does get are remembered for redaction.
-pub fn child_env(
-    parent: impl Iterator<Item = (OsString, OsString)>,
-    spec: &CommandSpec,
-) -> ChildEnv {
-    let mut out = ChildEnv::default();
-    for (name, value) in parent {
-        let (n, v) = (name.to_string_lossy(), value.to_string_lossy());
-        if spec.set.contains_key(n.as_ref()) {
-            continue;
-        }
-        let listed = spec.env.iter().any(|a| *a == n);
-        let core = CORE_ENV.contains(&n.as_ref()) || n.starts_with("LC_");
-        // Most of the parent's variables are neither listed nor core: without
-        // `inherit = "all"` they are dropped before the (allocating) secret test, which
-        // was a sixth of a step's CPU when run on every variable (issue 14 profile).
-        if !listed && !core && !spec.inherit_all {
-            continue;
-        }
-        let secret = || redact::is_secret_name(&n) || redact::is_secret_value(&v);
-        if listed && secret() {
-            out.secrets.add(&v);
-        }
-        if listed || core || (spec.inherit_all && !secret()) {
-            out.vars.push((name, value));
-        }
-    }
-    for (name, value) in &spec.set {
-        if redact::is_secret_name(name) || redact::url_credentials(value).is_some() {
-            out.secrets.add(value);
-        }
-        out.vars.push((name.into(), value.into()));
-    }
-    out
 }
 
 /// What one attempt may leave behind: its process group and every process carrying
@@ -730,6 +678,7 @@ pub fn tail(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
         pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()

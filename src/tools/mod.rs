@@ -2,6 +2,7 @@
 //! against a tool's schema. Retries and fallbacks sit above this, in `recovery`.
 
 pub mod command;
+mod env;
 pub mod http;
 pub mod mcp;
 pub mod outcome;

@@ -10,13 +10,13 @@
 //! 200 runs in flight cost 45 s of kernel CPU in 51 s (issue 23). So:
 //! - the program is resolved to an absolute path once per run ([`resolve_programs`],
 //!   from the run's setup), on the child's own `PATH`, as std would have;
-//! - the environment is built explicitly ([`super::command::child_env`]), the child
+//! - the environment is built explicitly ([`super::env::child_env`]), the child
 //!   leads its own process group (`process_group(0)`, which `posix_spawn` supports);
 //! - nothing here may add a `pre_exec` closure. What must happen in the child before
 //!   exec (the sandbox, a death signal: [`Before`]) is done by agentrun's trampoline
 //!   ([`super::trampoline`]), itself spawned this way, which then execs the program.
 
-use super::command::{ChildEnv, child_env};
+use super::env::{ChildEnv, child_env};
 use crate::config::{CommandSpec, McpTransport, ToolKind, ToolsConfig};
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
