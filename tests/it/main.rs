@@ -36,6 +36,7 @@ mod operating;
 mod parallel;
 mod pg;
 mod pg_pool;
+mod pg_readme;
 mod pg_tls;
 mod prompt_cache;
 mod providers;
