@@ -184,3 +184,50 @@ fn a_hook_runs_in_the_sandbox_of_its_defaults() {
     let message = content["message"].as_str().unwrap_or_default();
     assert!(message.contains("the hook read the key"), "{content}");
 }
+
+/// A tool that looks for a value planted in agentrun's own environment (where the
+/// provider keys are) through `/proc/$PPID/environ`, then says what capabilities it
+/// holds.
+fn peek_scene(sandbox: &str) -> Project {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        &format!(
+            "[defaults]\ntimeout = \"10s\"\nattempts = 1\nsandbox = \"{sandbox}\"\n\n\
+             [tools.peek]\ndescription = \"peek\"\ninput_schema = {{ type = \"object\" }}\n\
+             command = [\"sh\", \"peek.sh\"]\n"
+        ),
+    );
+    p.write(
+        "peek.sh",
+        "cat >/dev/null\n\
+         if { tr '\\0' '\\n' < /proc/$PPID/environ; } 2>/dev/null | grep -q PLANTED-7d2a; \
+         then echo leaked; else echo kept; fi\n\
+         grep CapEff /proc/self/status | tr -d ' \\t'\n",
+    );
+    p.model_script(json!([{ "tool_calls": [{"name": "peek"}] }, {"text": "done"}]));
+    p.task("", "Peek.");
+    p
+}
+
+#[test]
+fn a_sandboxed_tool_cannot_read_agentruns_environment_and_holds_no_capability() {
+    let Some(()) = kernel() else { return };
+    let planted = [("AGENTRUN_TEST_PLANTED", "PLANTED-7d2a")];
+    let (run, show) = peek_scene("workspace").start(&planted);
+    run.expect_code(0);
+    // Run as root, the tool kept CAP_SYS_PTRACE and read agentrun's environment
+    // although Landlock confined it.
+    assert_eq!(
+        tool_result(&show, "call_0_0"),
+        (json!("kept\nCapEff:0000000000000000"), false)
+    );
+    // The check can see a leak: unconfined, the tool reads it.
+    let (run, show) = peek_scene("off").start(&planted);
+    run.expect_code(0);
+    let (content, _) = tool_result(&show, "call_0_0");
+    assert!(
+        content.as_str().unwrap_or_default().starts_with("leaked"),
+        "{content}"
+    );
+}
