@@ -15,9 +15,10 @@ pub enum Tool {
     /// The compiled helper ([`tool`]). `idempotent = false` adds the "started" mark,
     /// one more commit per step (journal.rs module doc).
     Command { idempotent: bool },
-    /// The same helper, idempotent, with `sandbox = "workspace"` and `network = false`
-    /// (issue 22): started through the trampoline, under Landlock and seccomp.
-    Sandboxed,
+    /// The same helper, idempotent, with `sandbox = "workspace"` (issue 22): started
+    /// through the trampoline, under Landlock; `network = false` adds the seccomp
+    /// filter and Landlock's TCP rules.
+    Sandboxed { network: bool },
     /// A GET to the bench's loopback server.
     Http(Arc<Server>),
 }
@@ -147,7 +148,7 @@ impl Project {
 
     fn take_stamps(&self) -> Vec<u64> {
         match &self.tool {
-            Tool::Command { .. } | Tool::Sandboxed => {
+            Tool::Command { .. } | Tool::Sandboxed { .. } => {
                 let stamps = tool::read_stamps(&self.stamps);
                 let _ = std::fs::remove_file(&self.stamps);
                 stamps
@@ -164,8 +165,8 @@ fn tools_toml(tool: &Tool, stamps: &Path) -> String {
             json!(tool::argv(stamps))
         ),
         // The stamps file is in the project folder, which the tool may write.
-        Tool::Sandboxed => format!(
-            "command = {}\nidempotent = true\nsandbox = \"workspace\"\nnetwork = false\n",
+        Tool::Sandboxed { network } => format!(
+            "command = {}\nidempotent = true\nsandbox = \"workspace\"\nnetwork = {network}\n",
             json!(tool::argv(stamps))
         ),
         Tool::Http(server) => format!(

@@ -19,6 +19,7 @@ mod parallel;
 mod peers;
 mod procs;
 mod report;
+mod sandbox;
 mod sqlite;
 mod tool;
 
@@ -125,7 +126,10 @@ struct Bench {
     /// sees the same mix of machine load as the runs it is compared with.
     floors: Vec<f64>,
     spawns: Vec<f64>,
+    /// The same spawn through the trampoline, per [`sandbox::KINDS`] (issue 22).
+    trampolines: Vec<[f64; 3]>,
     round_trips: Vec<f64>,
+    sandbox: sandbox::Setup,
 }
 
 fn main() -> ExitCode {
@@ -154,10 +158,12 @@ fn main() -> ExitCode {
     let mut bench = Bench {
         plan: Plan::new(quick),
         bin,
+        sandbox: sandbox::Setup::new(work.path()),
         work,
         server: Arc::new(http::Server::start()),
         floors: Vec::new(),
         spawns: Vec::new(),
+        trampolines: Vec::new(),
         round_trips: Vec::new(),
     };
     let report = bench.run();
@@ -181,6 +187,7 @@ impl Bench {
         self.floors.push(ms(sqlite::floor(self.work.path(), 200)));
         let stamps = self.root().join("spawn-stamps");
         self.spawns.push(ms(tool::spawn_cost(&stamps, 100)));
+        self.trampolines.push(self.sandbox.spawns(&self.bin, 100));
         self.round_trips.push(ms(self.server.round_trip(200)));
     }
 
@@ -205,8 +212,10 @@ impl Bench {
         let ni_sizes = self.plan.not_idempotent.clone();
         let (ni_rows, _) = self.step_rows(&not_idem, NOT_IDEMPOTENT, &ni_sizes, 0);
         // The sandbox's step cost (issue 22): the same tool, confined.
-        let sandboxed = self.project("command-sandboxed", Tool::Sandboxed);
-        let (sb_rows, _) = self.step_rows(&sandboxed, SANDBOXED, &sizes, 0);
+        let sandboxed = self.project("command-sandboxed", Tool::Sandboxed { network: true });
+        let (mut sb_rows, _) = self.step_rows(&sandboxed, SANDBOXED, &sizes, 0);
+        let offline = self.project("command-offline", Tool::Sandboxed { network: false });
+        sb_rows.extend(self.step_rows(&offline, SANDBOXED_OFFLINE, &sizes, 0).0);
         let http = self.project("http", Tool::Http(self.server.clone()));
         let mut http_sizes = sizes.clone();
         http_sizes.push((long_n, 1));
@@ -232,6 +241,7 @@ impl Bench {
             if self.plan.quick { 1 } else { 5 },
         );
         self.measure_references();
+        let (policy_ms, walk_ms) = (self.sandbox.policy_ms(200), self.sandbox.walk_ms(200));
         let load_after = loadavg();
         let (spawn_ms, rtt_ms) = (median(&self.spawns), median(&self.round_trips));
         for r in &mut rows {
@@ -310,6 +320,8 @@ impl Bench {
             ]);
         }
         out.push_str(&t.finish());
+
+        out.push_str(&self.sandbox_section(&rows, spawn_ms, policy_ms, walk_ms));
 
         out.push_str("\n### Storage, commits, resume, `runs show`, cold start\n\n");
         let mut t = Table::new(&["measurement", "value"]);
@@ -407,7 +419,7 @@ impl Bench {
             (
                 "idempotent step ≤ 1.5 floors",
                 1.5,
-                floors_at(&|r| r.tool != NOT_IDEMPOTENT && r.tool != SANDBOXED),
+                floors_at(&|r| r.tool == "command" || r.tool == "HTTP"),
             ),
             (
                 "non-idempotent step ≤ 2.5 floors",
@@ -696,6 +708,65 @@ impl Bench {
         (median(&versions), Lists { limited, all })
     }
 
+    /// What the sandbox costs (issue 22): the spawn alone through the trampoline, the
+    /// whole step with the confined tool, and the two pieces of policy work per call.
+    fn sandbox_section(&self, rows: &[Row], spawn_ms: f64, policy_ms: f64, walk_ms: f64) -> String {
+        let mut out = String::from("\n### Sandbox (issue 22)\n\n");
+        out.push_str(&format!(
+            "Spawn alone: the helper started as the *Tool spawn* above, directly or through \
+             agentrun's trampoline under each policy (median of {} medians of 100).\n\n",
+            self.trampolines.len()
+        ));
+        let mut t = Table::new(&["spawn", "median (ms)", "× direct", "+ ms"]);
+        t.row(vec!["direct".into(), num(spawn_ms), "1".into(), "0".into()]);
+        for (i, kind) in sandbox::KINDS.iter().enumerate() {
+            let m = median(&self.trampolines.iter().map(|k| k[i]).collect::<Vec<_>>());
+            t.row(vec![
+                format!("trampoline, {kind}"),
+                num(m),
+                num(m / spawn_ms),
+                num(m - spawn_ms),
+            ]);
+        }
+        out.push_str(&t.finish());
+        let base = |steps| {
+            rows.iter()
+                .find(|r| r.tool == "command" && r.steps == steps)
+        };
+        let mut t = Table::new(&[
+            "step in-run",
+            "steps",
+            "median (ms)",
+            "p10 (ms)",
+            "× unsandboxed",
+            "+ ms",
+        ]);
+        for r in rows
+            .iter()
+            .filter(|r| r.tool.starts_with("command") && r.tool != NOT_IDEMPOTENT)
+        {
+            let Some(b) = base(r.steps) else { continue };
+            t.row(vec![
+                r.tool.clone(),
+                r.steps.to_string(),
+                num(r.step_ms),
+                num(r.step_p10_ms),
+                num(r.step_ms / b.step_ms),
+                num(r.step_ms - b.step_ms),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&t.finish());
+        out.push_str(&format!(
+            "\nPer sandboxed call, inside those figures: building the policy in agentrun \
+             (`Policy::new`) {} ms; the trampoline's walk to the credential stores \
+             (`readable_roots`) {} ms (medians of 200, in the bench's process).\n",
+            num(policy_ms),
+            num(walk_ms)
+        ));
+        out
+    }
+
     /// Where `benches/peers/run.sh` leaves its figures.
     fn peers_file(&self) -> PathBuf {
         self.bin
@@ -708,6 +779,7 @@ impl Bench {
 /// The non-idempotent command tool's rows.
 const NOT_IDEMPOTENT: &str = "command, not idempotent";
 const SANDBOXED: &str = "command, sandboxed";
+const SANDBOXED_OFFLINE: &str = "command, sandboxed, network off";
 
 struct ShowOne {
     first_ms: f64,

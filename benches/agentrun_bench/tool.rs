@@ -65,7 +65,25 @@ pub fn read_stamps(path: &Path) -> Vec<u64> {
 /// Median time to spawn the tool the way agentrun does (own process group, piped
 /// stdin/stdout/stderr), hand it its arguments and wait for it.
 pub fn spawn_cost(stamps: &Path, reps: usize) -> Duration {
-    let argv = argv(stamps);
+    spawn_cost_of(&argv(stamps), stamps, reps)
+}
+
+/// The same through agentrun's trampoline (issue 22), as a sandboxed tool starts:
+/// `agentrun __exec-tool POLICY PROGRAM ARGV0 ARGS…`, which applies `policy` (JSON)
+/// to itself and execs the helper.
+pub fn trampoline_cost(agentrun: &Path, policy: &str, stamps: &Path, reps: usize) -> Duration {
+    let tool = argv(stamps);
+    let mut wrapped = vec![
+        agentrun.display().to_string(),
+        agentrun::tools::trampoline::ARG.to_string(),
+        policy.to_string(),
+        tool[0].clone(),
+    ];
+    wrapped.extend(tool);
+    spawn_cost_of(&wrapped, stamps, reps)
+}
+
+fn spawn_cost_of(argv: &[String], stamps: &Path, reps: usize) -> Duration {
     let mut times: Vec<Duration> = (0..reps)
         .map(|_| {
             let start = Instant::now();
