@@ -9,6 +9,7 @@ use super::report::{median, ms};
 use super::tool;
 use agentrun::config::{Sandbox, SandboxMode};
 use agentrun::tools::sandbox::{Places, Policy, readable_roots};
+use agentrun::tools::spawn::Before;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -57,7 +58,11 @@ impl Setup {
             home: self.home.as_deref(),
         };
         // A sandboxed command tool always dies with agentrun (tools::command).
-        Policy::new(&sandbox, &places, true).expect("a policy that does something")
+        let before = Before {
+            die_with_parent: true,
+            ..Before::default()
+        };
+        Policy::new(&sandbox, &places, before).expect("a policy that does something")
     }
 
     /// One median (ms) of `reps` spawns of the helper through the trampoline, per kind.

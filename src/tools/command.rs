@@ -254,6 +254,7 @@ fn build(
     let before = super::spawn::Before {
         tmp,
         die_with_parent: spec.sandbox.confines(),
+        supervise: false,
     };
     let mut child = super::spawn::command(spec, &extra, before).map_err(|e| {
         let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();

@@ -9,6 +9,7 @@ pub mod outcome;
 pub mod sandbox;
 pub mod schema;
 pub mod spawn;
+mod supervise;
 pub mod trampoline;
 
 use crate::clock::Clock;

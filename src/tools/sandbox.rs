@@ -20,6 +20,7 @@
 //! that asks for a sandbox does not start at all
 //! ([`crate::config::preflight::sandbox_missing`]).
 
+use super::spawn::Before;
 use crate::config::{Sandbox, SandboxMode};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,10 @@ pub struct Policy {
     /// Kill the child when agentrun dies (`PR_SET_PDEATHSIG`), checked against `parent`.
     pub die_with_parent: bool,
     pub parent: u32,
+    /// Start the program under a supervisor that kills all it started when it is
+    /// stopped or agentrun dies ([`super::supervise`]): stdio MCP servers.
+    #[serde(default)]
+    pub supervise: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -90,16 +95,17 @@ pub struct Places<'a> {
 impl Policy {
     /// The policy for `sandbox` (`None` when it confines nothing and no death signal
     /// is asked for).
-    pub fn new(sandbox: &Sandbox, at: &Places<'_>, die_with_parent: bool) -> Option<Policy> {
-        if !sandbox.confines() && !die_with_parent {
+    pub fn new(sandbox: &Sandbox, at: &Places<'_>, before: Before<'_>) -> Option<Policy> {
+        if !sandbox.confines() && !before.die_with_parent && !before.supervise {
             return None;
         }
         let fs = (sandbox.mode != SandboxMode::Off).then(|| fs_policy(sandbox, at));
         Some(Policy {
             fs,
             network: sandbox.network,
-            die_with_parent,
+            die_with_parent: before.die_with_parent,
             parent: std::process::id(),
+            supervise: before.supervise,
         })
     }
 }

@@ -49,6 +49,9 @@ pub struct Before<'a> {
     /// Kill the child when agentrun dies (`PR_SET_PDEATHSIG`): MCP servers, which
     /// outlive any one call.
     pub die_with_parent: bool,
+    /// Start it under a supervisor that kills everything it started, `setsid` escapees
+    /// included, when it is stopped or agentrun dies ([`super::supervise`]).
+    pub supervise: bool,
 }
 
 /// A command for `spec` with agentrun's own variables `extra` added to its environment.

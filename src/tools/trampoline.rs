@@ -21,7 +21,7 @@ pub const ARG: &str = "__exec-tool";
 
 /// Exit status when the policy cannot be applied: `EX_SOFTWARE`, a `tool_bug`, with
 /// the reason on stderr (the tool never ran).
-const SETUP_FAILED: i32 = 70;
+pub(super) const SETUP_FAILED: i32 = 70;
 
 /// agentrun's own executable, resolved once.
 fn me() -> Option<&'static Path> {
@@ -54,7 +54,7 @@ pub fn policy(spec: &CommandSpec, before: Before<'_>) -> Option<Policy> {
         db: sandbox::database(),
         home: home.as_deref(),
     };
-    Policy::new(&spec.sandbox, &places, before.die_with_parent)
+    Policy::new(&spec.sandbox, &places, before)
 }
 
 /// When this process was started as the trampoline: applies the policy and execs the
@@ -79,17 +79,34 @@ fn trampoline(mut args: std::env::ArgsOs) -> i32 {
             return SETUP_FAILED;
         }
     };
-    if let Err(e) = sandbox::apply(&policy) {
+    let args: Vec<OsString> = args.collect();
+    if policy.supervise {
+        // An MCP server: a supervisor stays, and the server starts in its child.
+        let server = Policy {
+            die_with_parent: false,
+            supervise: false,
+            ..policy.clone()
+        };
+        return super::supervise::run(policy.parent, || {
+            exec_under(&server, &program, &argv0, &args)
+        });
+    }
+    exec_under(&policy, &program, &argv0, &args)
+}
+
+/// Applies `policy` and execs `program`; returns only on failure, with the status.
+fn exec_under(policy: &Policy, program: &OsStr, argv0: &OsStr, args: &[OsString]) -> i32 {
+    if let Err(e) = sandbox::apply(policy) {
         crate::errln!("agentrun: {e}");
         return SETUP_FAILED;
     }
-    let err = std::process::Command::new(&program)
+    let err = std::process::Command::new(program)
         .arg0(argv0)
         .args(args)
         .exec();
     crate::errln!(
         "agentrun: cannot start `{}`: {err}",
-        Path::new(&program).display()
+        Path::new(program).display()
     );
     // As a shell says of a program it cannot run.
     if err.kind() == std::io::ErrorKind::NotFound {

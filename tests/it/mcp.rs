@@ -19,7 +19,8 @@ use std::process::{Child, Command, Stdio};
 /// Forwards stdin to the server it starts (argv after the victim); the server writes
 /// straight to our stdout. On the first `tools/call`, before forwarding it (so the
 /// server can never answer first), kills `server` (the whole process group: this proxy
-/// and the server) or `agentrun` (our parent) — once per project, remembered in `fired`.
+/// and the server) or `agentrun` (our supervisor's parent) — once per project,
+/// remembered in `fired`.
 const PROXY: &str = r#"import os, signal, subprocess, sys
 victim = sys.argv[1]
 server = subprocess.Popen(sys.argv[2:], stdin=subprocess.PIPE)
@@ -34,7 +35,10 @@ while True:
         if victim == "server":
             os.killpg(os.getpgid(0), signal.SIGKILL)
         elif victim == "agentrun":
-            os.kill(os.getppid(), signal.SIGKILL)
+            # Our parent is the server's supervisor; agentrun is its parent.
+            with open(f"/proc/{os.getppid()}/stat") as f:
+                agentrun = int(f.read().rsplit(")", 1)[1].split()[1])
+            os.kill(agentrun, signal.SIGKILL)
     server.stdin.write(line)
     server.stdin.flush()
 server.stdin.close()

@@ -76,7 +76,7 @@ fn man_dir_does_not_write_through_a_planted_symlink() {
 // ---- MCP servers die with agentrun ---------------------------------------------------
 
 /// Whether `pid` is still a live process (a zombie counts as dead).
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
@@ -87,7 +87,7 @@ fn alive(pid: i32) -> bool {
 }
 
 /// Polls `f` every few milliseconds for up to 20 s.
-fn eventually(f: impl Fn() -> bool) -> bool {
+pub(crate) fn eventually(f: impl Fn() -> bool) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::time::Instant::now() < deadline {
         if f() {

@@ -4,11 +4,12 @@
 //! never stored. Each test fails on the code before its fix.
 
 use crate::common::{Project, tool_result};
-use serde_json::json;
+use crate::trust_again::{alive, eventually};
+use serde_json::{Value, json};
 
 /// A stdio MCP server small enough to read (Python's standard library only): answers
-/// `initialize`, lists `ping` and `deep`, answers `ping` with "pong" and `deep` with a
-/// result nested 125 levels deep. It adds its pid to the file named by its first argument
+/// `initialize`, lists `ping`, `deep` and `wait`, answers `ping` with "pong" and `deep`
+/// with a result nested 125 levels deep, and never answers `wait` (it creates `waiting`). It adds its pid to the file named by its first argument
 /// (`server.pid` when none) as it starts.
 const SERVER: &str = r#"import json, os, sys
 with open(sys.argv[1] if len(sys.argv) > 1 else "server.pid", "a") as f:
@@ -22,13 +23,17 @@ for line in sys.stdin:
         result = {"protocolVersion": msg["params"]["protocolVersion"],
                   "capabilities": {"tools": {}}, "serverInfo": {"name": "tiny", "version": "1"}}
     elif method == "tools/list":
-        tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("ping", "deep")]
+        names = ("ping", "deep", "wait")
+        tools = [{"name": n, "inputSchema": {"type": "object"}} for n in names]
         result = {"tools": tools}
     elif method == "tools/call" and msg["params"]["name"] == "deep":
         nested = 1
         for _ in range(125):
             nested = [nested]
         result = {"content": [{"type": "text", "text": "deep"}], "structuredContent": {"x": nested}}
+    elif method == "tools/call" and msg["params"]["name"] == "wait":
+        open("waiting", "w").close()
+        continue  # never answered
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "pong"}]}
     else:
@@ -111,4 +116,105 @@ fn a_server_starts_only_for_a_task_that_can_use_its_tools() {
             "{front}: which servers started"
         );
     }
+}
+
+/// Put before [`SERVER`]: before serving, the server starts three `sleep 600` helpers —
+/// one in its process group, one in a session of its own (`setsid`), one double-forked
+/// daemon in a session of its own whose parent is gone at once — and writes their pids
+/// and its own to `helpers.pid`. It ignores SIGTERM and SIGHUP, and EOF (after its input
+/// ends it sleeps on).
+const LEAKY: &str = r#"import os, signal, subprocess, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+pids = [subprocess.Popen(["sleep", "600"]).pid]
+pids.append(subprocess.Popen(["sleep", "600"], start_new_session=True).pid)
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    pid = os.fork()
+    if pid == 0:
+        os.execvp("sleep", ["sleep", "600"])
+    os.write(w, f"{pid}\n".encode())
+    os._exit(0)
+os.wait()
+pids.append(int(os.read(r, 64)))
+with open("helpers.tmp", "w") as f:
+    f.write(" ".join(str(p) for p in pids + [os.getpid()]) + "\n")
+os.rename("helpers.tmp", "helpers.pid")
+"#;
+
+/// A project whose `leaky` server is [`LEAKY`] + [`SERVER`].
+fn leaky(turns: Value) -> Project {
+    let p = Project::new();
+    p.write(
+        "server.py",
+        &format!("{LEAKY}{SERVER}\nwhile True:\n    time.sleep(60)\n"),
+    );
+    p.fast_tools("[mcp.leaky]\ncommand = [\"python3\", \"server.py\"]\n");
+    p.model_script(turns);
+    p.task("", "Go.");
+    p
+}
+
+/// The server's helpers and the server itself, once it has written them down.
+fn helpers(p: &Project) -> Vec<i32> {
+    let file = p.path().join("helpers.pid");
+    assert!(eventually(|| file.exists()), "the server never started");
+    let text = std::fs::read_to_string(file).unwrap();
+    text.split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// Kills what is still alive (the test cleans up what it started), and says which.
+fn survivors(pids: &[i32]) -> Vec<i32> {
+    let left: Vec<i32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    for &pid in &left {
+        // SAFETY: kill(2); these are the test's own processes.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    left
+}
+
+/// Before: only the server's process group was killed when the run ended, so a helper
+/// in a session of its own and a double-forked daemon outlived the run.
+#[test]
+fn everything_a_stdio_server_started_ends_with_the_run() {
+    let p = leaky(json!([
+        {"tool_calls": [{"name": "leaky__ping", "args": {}}]},
+        {"text": "done"}
+    ]));
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    assert_eq!(tool_result(&show, "call_0_0"), (json!("pong"), false));
+    let pids = helpers(&p);
+    let gone = eventually(|| pids.iter().all(|&p| !alive(p)));
+    assert!(gone, "outlived the run: {:?} of {pids:?}", survivors(&pids));
+}
+
+/// Before: agentrun killed with -9 left the server's helpers running (and, before the
+/// death signal, the server itself).
+#[test]
+fn everything_a_stdio_server_started_ends_when_agentrun_is_killed_9() {
+    let p = leaky(json!([
+        {"tool_calls": [{"name": "leaky__wait", "args": {}}]},
+        {"text": "never reached"}
+    ]));
+    let mut agent = p
+        .command(&["start", "task.md", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn agentrun");
+    let pids = helpers(&p);
+    assert!(eventually(|| p.path().join("waiting").exists()));
+    assert!(pids.iter().all(|&p| alive(p)));
+    agent.kill().expect("kill -9 agentrun");
+    agent.wait().expect("reap agentrun");
+    let gone = eventually(|| pids.iter().all(|&p| !alive(p)));
+    assert!(
+        gone,
+        "outlived agentrun: {:?} of {pids:?}",
+        survivors(&pids)
+    );
 }

@@ -12,9 +12,10 @@
 //! a backoff (500ms doubling, at most 30s) that resets after a successful call. An
 //! attempt that comes too early fails `unavailable` with the remaining wait as its
 //! `retry_after`, so the recovery chain waits on the run's clock, not here. Stdio
-//! servers lead their own process group; the group is killed when the server is
-//! restarted and when the pool is dropped (the run stopped), so `npx` and whatever it
-//! started go with it.
+//! servers run under a supervisor of their own (`tools::supervise`), told to end the
+//! server when it is restarted and when the pool is dropped (the run stopped): `npx`
+//! and whatever it started go with it, `setsid` escapees and daemons included, and the
+//! same happens when agentrun dies, even killed with -9.
 
 use super::DiscoveredTool;
 use crate::config::types::{McpServer, McpTransport};
@@ -35,6 +36,8 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The last bytes of a stdio server's stderr, kept for error messages.
 const STDERR_TAIL: usize = 2048;
+/// How long a stopped server's supervisor may take to end everything and exit.
+const STOP_WITHIN: Duration = Duration::from_secs(2);
 /// How long a server that failed to start may take to finish writing its stderr.
 const STDERR_GRACE: Duration = Duration::from_millis(500);
 
@@ -90,8 +93,8 @@ enum Request {
     },
 }
 
-/// Process groups of running stdio servers, shared with `Drop` so stopping never waits
-/// on the pool thread to kill them.
+/// Supervisors (each its process group's leader) of running stdio servers, shared with
+/// `Drop` so stopping never waits on the pool thread to signal them.
 type Groups = Arc<StdMutex<BTreeMap<String, i32>>>;
 
 pub struct Pool {
@@ -195,18 +198,20 @@ impl Drop for Pool {
     }
 }
 
+/// Tells every server's supervisor to end it and all it started; the pool thread then
+/// waits for each ([`State::stop`]).
 fn kill_all(groups: &Groups) {
-    let mut groups = groups.lock().unwrap_or_else(|p| p.into_inner());
-    for (_, pgid) in std::mem::take(&mut *groups) {
-        kill_group(pgid);
+    let groups = groups.lock().unwrap_or_else(|p| p.into_inner());
+    for pid in groups.values() {
+        signal(*pid, libc::SIGTERM);
     }
 }
 
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) has no memory-safety preconditions. The group is one we created
-    // (process_group(0)); a group that is already gone gives ESRCH, which is fine.
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions. The pid (and group) is one we
+    // created and have not reaped, so it cannot have been reused by a stranger.
     unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
+        libc::kill(pid, sig);
     }
 }
 
@@ -410,11 +415,13 @@ impl State {
         let service = match &transport {
             McpTransport::Stdio(spec) => {
                 let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
-                // Through the trampoline: the server dies with agentrun, even killed
-                // with -9 (PR_SET_PDEATHSIG), and runs in its sandbox (issue 22).
+                // Through the trampoline, under a supervisor: the server and all it
+                // started die with agentrun, even killed with -9, and when the server
+                // is stopped; it runs in its sandbox (issue 22).
                 let before = crate::tools::spawn::Before {
                     tmp: None,
                     die_with_parent: true,
+                    supervise: true,
                 };
                 let child = crate::tools::spawn::command(spec, &[], before)
                     .map_err(|e| format!("cannot run `{arg0}`: {e}"))?;
@@ -491,18 +498,35 @@ impl State {
         }
     }
 
+    /// Ends a stdio server through its supervisor (SIGTERM: it kills the server and
+    /// everything the server started, then exits), waiting for that up to
+    /// [`STOP_WITHIN`]; a supervisor that has not exited by then is killed with its
+    /// process group.
     fn stop(&mut self) {
-        let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pgid) = groups.remove(&self.def.name) {
-            kill_group(pgid);
+        let pid = {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            groups.remove(&self.def.name)
+        };
+        if let Some(pid) = pid {
+            signal(pid, libc::SIGTERM);
         }
-        drop(groups);
         if let Some(svc) = self.service.take() {
             // Dropping cancels the service task.
             drop(svc);
         }
-        // Killed on drop (its group was killed above), and reaped by tokio.
-        self.child.take();
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + STOP_WITHIN;
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if matches!(child.try_wait(), Ok(None))
+                && let Some(pid) = pid
+            {
+                signal(-pid, libc::SIGKILL);
+            }
+            // Killed on drop if still running, and then reaped by tokio.
+            drop(child);
+        }
     }
 
     fn stderr_tail(&self) -> String {
