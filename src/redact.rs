@@ -95,6 +95,36 @@ pub fn is_secret_value(value: &str) -> bool {
     })
 }
 
+/// Whether a command-line flag (`--api-key`, `-token`) names a secret. `PATH` holds the
+/// marker `PAT` but no secret.
+fn is_secret_flag(flag: &str) -> bool {
+    let name = flag.trim_start_matches('-').to_ascii_uppercase();
+    name.len() < flag.len() && is_secret_name(&name.replace("PATH", ""))
+}
+
+/// The credentials written literally into a program's arguments (issue 22: an MCP
+/// server's `command`), with their index in `argv`: the value of a secret-named flag
+/// (`--token VALUE`, `--api-key=VALUE`), or an argument that looks like a secret
+/// ([`is_secret_value`]: a token format, a URL with userinfo).
+pub fn secret_args(argv: &[String]) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    for (i, arg) in argv.iter().enumerate().skip(1) {
+        let value = match arg.split_once('=') {
+            Some((flag, value)) if is_secret_flag(flag) => Some(value),
+            _ if is_secret_flag(&argv[i - 1]) && !argv[i - 1].contains('=') => Some(arg.as_str()),
+            _ => None,
+        };
+        match value {
+            Some(v) if !v.is_empty() && !v.starts_with('-') && !v.contains("${") => {
+                out.push((i, v))
+            }
+            _ if is_secret_value(arg) => out.push((i, arg.as_str())),
+            _ => {}
+        }
+    }
+    out
+}
+
 fn is_aws_key_id(w: &str) -> bool {
     (w.starts_with("AKIA") || w.starts_with("ASIA"))
         && w.len() == 20
@@ -299,6 +329,37 @@ impl<'a> StreamText<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_args_are_flag_values_and_secret_looking_arguments() {
+        let argv: Vec<String> = [
+            "server",
+            "--token",
+            "tok-5678",
+            "--api-key=k-1234",
+            "--path",
+            "/srv",
+            "ghp_abcdefgh12345678",
+            "--verbose",
+            "https://bob:pw@db.example/x",
+            "--port=80",
+        ]
+        .map(String::from)
+        .to_vec();
+        let found: Vec<(usize, &str)> = secret_args(&argv);
+        assert_eq!(
+            found,
+            [
+                (2, "tok-5678"),
+                (3, "k-1234"),
+                (6, "ghp_abcdefgh12345678"),
+                (8, "https://bob:pw@db.example/x")
+            ]
+        );
+        // The program itself, and a flag followed by another flag, are not secrets.
+        let argv = ["ghp_abcdefgh12345678", "--token", "--x"].map(String::from);
+        assert!(secret_args(&argv).is_empty());
+    }
     use serde_json::json;
 
     #[test]

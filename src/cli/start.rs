@@ -378,6 +378,10 @@ pub(super) fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<
     let Ok((cfg, text)) = crate::config::load(path) else {
         return Ok(());
     };
+    // Said once per start, as `tools check` says them (issue 22).
+    for w in preflight::literal_credentials(&cfg, path) {
+        crate::errln!("{w}");
+    }
     let problems = preflight::check(&cfg, &text, path, only, &preflight::Env::process());
     if problems.is_empty() {
         return Ok(());

@@ -399,10 +399,12 @@ fn unset_vars(template: &str, env: &Env<'_>) -> Vec<String> {
 
 /// Warnings (issue 12 item 9): credentials written literally into tools.toml — a
 /// secret-looking header not built from `${VAR}`, a secret-named `set` value, a URL
-/// with `user:password@`. They work, so they are not errors; but the file gets copied,
-/// committed and snapshotted into every run. Each line names file, tool, key and fix.
+/// with `user:password@`, and in an MCP server's section also a credential among its
+/// `command` arguments (issue 22). They work, so they are not errors; but the file gets
+/// copied, committed and snapshotted into every run. Each line names file, tool (or
+/// server), key and fix — never the value. `tools check` and `start` print them.
 pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
-    use crate::redact::{is_secret_name, url_credentials};
+    use crate::redact::url_credentials;
     let file = origin.display();
     let mut out = Vec::new();
     for (name, tool) in &cfg.tools {
@@ -420,11 +422,7 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
                     );
                 }
                 for (header, value) in &spec.headers {
-                    let scheme = ["bearer ", "basic ", "token "]
-                        .iter()
-                        .any(|s| value.to_ascii_lowercase().starts_with(s));
-                    let secret = is_secret_name(header) || header.eq_ignore_ascii_case("cookie");
-                    if (secret || scheme) && !value.contains("${") {
+                    if literal_header(header, value) {
                         warn(
                             format!("headers.{header}"),
                             "use `${VAR}` (e.g. \"Bearer ${API_TOKEN}\") and export VAR",
@@ -434,9 +432,7 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
             }
             ToolKind::Command(spec) => {
                 for (var, value) in &spec.set {
-                    // `PATH` contains the marker `PAT` but holds no secret.
-                    let secret = is_secret_name(&var.to_ascii_uppercase().replace("PATH", ""));
-                    if (secret && !value.is_empty()) || url_credentials(value).is_some() {
+                    if literal_set(var, value) {
                         warn(
                             format!("set.{var}"),
                             "export it and list it in `env` instead (the `${VAR}` way)",
@@ -447,7 +443,72 @@ pub fn literal_credentials(cfg: &ToolsConfig, origin: &Path) -> Vec<String> {
             ToolKind::Mcp(_) | ToolKind::Agent(_) => {}
         }
     }
+    for (name, server) in &cfg.mcp {
+        for (key, fix) in mcp_literal_credentials(&server.transport) {
+            out.push(format!(
+                "agentrun: warning: {file}: mcp server `{name}`: {key} holds a literal credential; {fix}"
+            ));
+        }
+    }
     out
+}
+
+/// The fields of an MCP server's section holding a literal credential (issue 22), with
+/// the fix for each: its `command` arguments, `set` values, URL and headers.
+fn mcp_literal_credentials(transport: &McpTransport) -> Vec<(String, &'static str)> {
+    use crate::redact::{secret_args, url_credentials, userinfo};
+    let mut out = Vec::new();
+    match transport {
+        McpTransport::Stdio(spec) => {
+            for (i, _) in secret_args(&spec.argv) {
+                out.push((
+                    format!("command[{i}]"),
+                    "give the server its credential in the environment: export it and list it in `env`",
+                ));
+            }
+            for (var, value) in &spec.set {
+                if literal_set(var, value) {
+                    out.push((
+                        format!("set.{var}"),
+                        "export it and list it in `env` instead (the `${VAR}` way)",
+                    ));
+                }
+            }
+        }
+        McpTransport::Http { url, headers } => {
+            if userinfo(url).is_some() || url_credentials(url).is_some() {
+                out.push((
+                    "url".into(),
+                    "remove `user:password@` and send an `Authorization` header built from `${VAR}`",
+                ));
+            }
+            for (header, value) in headers {
+                if literal_header(header, value) {
+                    out.push((
+                        format!("headers.{header}"),
+                        "use `${VAR}` (e.g. \"Bearer ${API_TOKEN}\") and export VAR",
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A header holding a credential written out rather than built from `${VAR}`.
+fn literal_header(header: &str, value: &str) -> bool {
+    let scheme = ["bearer ", "basic ", "token "]
+        .iter()
+        .any(|s| value.to_ascii_lowercase().starts_with(s));
+    let secret = crate::redact::is_secret_name(header) || header.eq_ignore_ascii_case("cookie");
+    (secret || scheme) && !value.contains("${")
+}
+
+/// A `set` value that is a credential: a secret-named variable's, or a URL's userinfo.
+fn literal_set(var: &str, value: &str) -> bool {
+    // `PATH` contains the marker `PAT` but holds no secret.
+    let secret = crate::redact::is_secret_name(&var.to_ascii_uppercase().replace("PATH", ""));
+    (secret && !value.is_empty()) || crate::redact::url_credentials(value).is_some()
 }
 
 /// A sub-agent's task file (issue 26) must exist and read as a task; what it names

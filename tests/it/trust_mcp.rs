@@ -218,3 +218,122 @@ fn everything_a_stdio_server_started_ends_when_agentrun_is_killed_9() {
         survivors(&pids)
     );
 }
+
+/// A streamable-HTTP MCP server (JSON answers, no event stream) whose one tool, `whoami`,
+/// answers with the `Authorization` header the call came with. Prints its port.
+const ECHO_HTTP: &str = r#"import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def do_GET(self):
+        self.send_response(405); self.send_header("Content-Length", "0"); self.end_headers()
+    do_DELETE = do_GET
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if "id" not in msg:
+            self.send_response(202); self.send_header("Content-Length", "0"); self.end_headers()
+            return
+        method = msg["method"]
+        if method == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"],
+                      "capabilities": {"tools": {}}, "serverInfo": {"name": "echo", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "whoami", "inputSchema": {"type": "object"}}]}
+        else:
+            said = self.headers.get("Authorization", "none")
+            result = {"content": [{"type": "text", "text": f"you sent {said}"}]}
+        body = json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// [`ECHO_HTTP`], stopped on drop.
+struct EchoServer(std::process::Child, u16);
+
+impl EchoServer {
+    fn start() -> EchoServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", ECHO_HTTP])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("stdout");
+        std::io::BufReader::new(out).read_line(&mut line).unwrap();
+        let port = line.trim().parse().expect("the server's port");
+        EchoServer(child, port)
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Before: no warning for credentials written into an MCP server's section, and the
+/// `Basic` value sent for a URL's `user:password@` was stored as the server echoed it.
+/// Now `start` warns once per field, naming server and field but never the value, and
+/// the userinfo, its password and its `Basic` form are `[redacted]` in what the run
+/// keeps and shows.
+#[test]
+fn literal_mcp_credentials_are_warned_about_and_url_userinfo_never_kept() {
+    let echo = EchoServer::start();
+    let p = project(&format!(
+        "[mcp.web]\nurl = \"http://alice:s3cret-pass@127.0.0.1:{}/mcp\"\n\
+         headers = {{ X-Api-Key = \"k-12345678\" }}\n\n\
+         [mcp.tiny]\ncommand = [\"python3\", \"server.py\", \"tiny.pid\", \"--token\", \"tok-5678abcd\"]\n\
+         set = {{ TINY_TOKEN = \"set-9876wxyz\" }}\n",
+        echo.1
+    ));
+    p.model_script(json!([
+        {"tool_calls": [{"name": "web__whoami", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("tools = [\"web__whoami\"]", "Who am I?");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let warnings: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("agentrun: warning:"))
+        .collect();
+    let mut said: Vec<String> = warnings
+        .iter()
+        .map(|l| l.split(" holds").next().unwrap_or_default().to_string())
+        .collect();
+    said.sort();
+    assert_eq!(
+        said,
+        [
+            "agentrun: warning: tools.toml: mcp server `tiny`: command[4]",
+            "agentrun: warning: tools.toml: mcp server `tiny`: set.TINY_TOKEN",
+            "agentrun: warning: tools.toml: mcp server `web`: headers.X-Api-Key",
+            "agentrun: warning: tools.toml: mcp server `web`: url",
+        ],
+        "{run}"
+    );
+    let basic = "YWxpY2U6czNjcmV0LXBhc3M="; // base64("alice:s3cret-pass")
+    for secret in ["s3cret-pass", "k-12345678", "tok-5678abcd", "set-9876wxyz"] {
+        assert!(!run.stderr.contains(secret), "{secret} printed:\n{run}");
+    }
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(!is_error, "{content}");
+    assert_eq!(content, json!("you sent Basic [redacted]"));
+    let id = show["id"].as_str().expect("run id");
+    let export = p.run(&["runs", "export", id]).expect_code(0).stdout.clone();
+    let human = p.run(&["runs", "show", id]).expect_code(0).stdout.clone();
+    for text in [&export, &human, &show.to_string()] {
+        assert!(!text.contains(basic), "the Basic value is kept:\n{text}");
+        assert!(text.contains("you sent Basic [redacted]"), "{text}");
+    }
+}

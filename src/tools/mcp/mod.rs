@@ -85,9 +85,10 @@ pub fn discover(
             Ok(tools) => {
                 found.insert(name.clone(), tools);
             }
+            // Said on the terminal: the server's credentials never are (issue 22).
             Err(message) => problems.push(Problem {
                 server: name.clone(),
-                message,
+                message: server::secrets_of(&servers[name]).text(&message),
             }),
         }
     }

@@ -156,28 +156,12 @@ impl Pool {
         })
     }
 
-    /// The secret values a server was given (secret-named variables it may see, `${VAR}`
-    /// header values): replaced by `[redacted]` in whatever it answers (DESIGN §5).
+    /// The secret values a server was given (secret-named variables it may see, secret
+    /// arguments, `${VAR}` header values, the URL's userinfo and the `Basic` value sent
+    /// for it): replaced by `[redacted]` in whatever it answers or an error says
+    /// (DESIGN §5, issue 22).
     pub fn secrets(&self, server: &str) -> Secrets {
-        let mut secrets = Secrets::default();
-        match self.servers.get(server).map(|s| &s.transport) {
-            Some(McpTransport::Stdio(spec)) => {
-                secrets = crate::tools::command::child_env(std::env::vars_os(), spec).secrets;
-            }
-            Some(McpTransport::Http { headers, .. }) => {
-                for template in headers.values() {
-                    if let Ok(value) = expand_env(template) {
-                        secrets.add(&value);
-                        // The token alone, as servers echo it without its scheme.
-                        if let Some((_, token)) = value.split_once(' ') {
-                            secrets.add(token);
-                        }
-                    }
-                }
-            }
-            None => {}
-        }
-        secrets
+        self.servers.get(server).map(secrets_of).unwrap_or_default()
     }
 
     fn send(&self, request: Request) -> Result<(), String> {
@@ -186,6 +170,32 @@ impl Pool {
             .and_then(|tx| tx.send(request).ok())
             .ok_or_else(|| "the MCP connection pool is not running".to_string())
     }
+}
+
+/// See [`Pool::secrets`].
+pub fn secrets_of(def: &McpServer) -> Secrets {
+    let mut secrets = Secrets::default();
+    match &def.transport {
+        McpTransport::Stdio(spec) => {
+            secrets = crate::tools::command::child_env(std::env::vars_os(), spec).secrets;
+            for (_, value) in crate::redact::secret_args(&spec.argv) {
+                secrets.add(value);
+            }
+        }
+        McpTransport::Http { url, headers } => {
+            secrets.add_url(url);
+            for template in headers.values() {
+                if let Ok(value) = expand_env(template) {
+                    secrets.add(&value);
+                    // The token alone, as servers echo it without its scheme.
+                    if let Some((_, token)) = value.split_once(' ') {
+                        secrets.add(token);
+                    }
+                }
+            }
+        }
+    }
+    secrets
 }
 
 impl Drop for Pool {
