@@ -561,9 +561,9 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
     Ok(v)
 }
 
-/// What the run's tools that start a process were confined to (issue 22), from its
-/// config snapshot: one line, tools with the same sandbox grouped; none when no tool
-/// of the run is confined.
+/// What the run's children were confined to (issue 22), from its config snapshot:
+/// its command tools, the stdio MCP servers its task could use, and its hooks, those
+/// with the same sandbox grouped on one line; none when nothing of the run is confined.
 fn sandbox_field(store: &Store, id: &RunId) -> Option<(&'static str, String)> {
     let snapshot: crate::setup::Snapshot = serde_json::from_str(&store.snapshot(id).ok()?).ok()?;
     let cfg = crate::config::parse(
@@ -571,29 +571,57 @@ fn sandbox_field(store: &Store, id: &RunId) -> Option<(&'static str, String)> {
         std::path::Path::new(&snapshot.tools_path),
     )
     .ok()?;
+    let children = confined_children(&cfg, snapshot.tool_subset.as_deref());
     // Runs with no sandbox at all keep the header they had (no line).
-    let sandboxed = cfg.tools.values().any(|t| {
-        cfg.sandbox_of(t)
-            .is_some_and(crate::config::Sandbox::confines)
-    });
-    if !sandboxed {
+    if !children.iter().any(|(sb, _)| sb.confines()) {
         return None;
     }
-    let mut groups: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
-    for t in cfg.tools.values() {
-        let offered = snapshot
-            .tool_subset
-            .as_ref()
-            .is_none_or(|s| s.contains(&t.name));
-        if let Some(sb) = cfg.sandbox_of(t).filter(|_| offered) {
-            groups.entry(sb.describe()).or_default().push(&t.name);
+    let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (sb, name) in children {
+        let names = groups.entry(sb.describe()).or_default();
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
     let text: Vec<String> = groups
         .into_iter()
         .map(|(sb, names)| format!("{sb} ({})", names.join(", ")))
         .collect();
-    (!text.is_empty()).then(|| ("sandbox", text.join("; ")))
+    Some(("sandbox", text.join("; ")))
+}
+
+/// Every child process a run of `cfg` may start, with its sandbox: the command tools
+/// in `subset` (all without one), the stdio MCP servers with a tool in it
+/// (`MCP server NAME`), and the hooks (`EVENT hook`, in `[defaults]`'s sandbox).
+fn confined_children<'c>(
+    cfg: &'c crate::config::ToolsConfig,
+    subset: Option<&[String]>,
+) -> Vec<(&'c crate::config::Sandbox, String)> {
+    let named = |name: &str| subset.is_none_or(|s| s.iter().any(|n| n == name));
+    let mut out: Vec<(&crate::config::Sandbox, String)> = cfg
+        .tools
+        .values()
+        .filter(|t| named(&t.name))
+        .filter_map(|t| match &t.kind {
+            crate::config::ToolKind::Command(spec) => Some((&spec.sandbox, t.name.clone())),
+            _ => None,
+        })
+        .collect();
+    for (name, server) in &cfg.mcp {
+        let prefix = format!("{name}{}", crate::config::MCP_SEPARATOR);
+        let used = subset.is_none_or(|s| s.iter().any(|n| n.starts_with(&prefix)));
+        if let crate::config::McpTransport::Stdio(spec) = &server.transport
+            && used
+        {
+            out.push((&spec.sandbox, format!("MCP server {name}")));
+        }
+    }
+    for (event, hooks) in &cfg.hooks.by_event {
+        for hook in hooks {
+            out.push((&hook.command.sandbox, format!("{} hook", event.key())));
+        }
+    }
+    out
 }
 
 fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {

@@ -56,15 +56,33 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                     .values()
                     .map(|t| (t.name.clone(), sandbox(t).into()))
                     .collect();
-                super::output::print_json(
-                    &serde_json::json!({"ok": true, "tools": names, "sandbox": sandboxes}),
-                )?;
+                let hooks: Vec<serde_json::Value> = hooks(&cfg)
+                    .map(|(event, h)| {
+                        serde_json::json!({
+                            "event": event.key(),
+                            "command": h.command.argv,
+                            "sandbox": h.command.sandbox.describe(),
+                        })
+                    })
+                    .collect();
+                super::output::print_json(&serde_json::json!({
+                    "ok": true, "tools": names, "sandbox": sandboxes, "hooks": hooks,
+                }))?;
             } else {
                 crate::outln!("{}: ok, {} tool(s)", tools.display(), cfg.tools.len())?;
                 for t in cfg.tools.values() {
                     let description = crate::render::text::plain(&t.description);
                     crate::outln!("  {:<20} {}", t.name, description)?;
                     crate::outln!("  {:<20} ({})", "", sandbox(t))?;
+                }
+                // Hooks start a process too, in the sandbox of `[defaults]`.
+                for (i, (event, h)) in hooks(&cfg).enumerate() {
+                    if i == 0 {
+                        crate::outln!("hooks:")?;
+                    }
+                    let argv = crate::render::text::one_line(&h.command.argv.join(" "));
+                    crate::outln!("  {:<20} {argv}", event.key())?;
+                    crate::outln!("  {:<20} ({})", "", h.command.sandbox.describe())?;
                 }
             }
             Ok(Exit::Completed)
@@ -89,6 +107,14 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
             .into())
         }
     }
+}
+
+/// Every hook of `cfg` with its event, in event then file order.
+fn hooks(cfg: &config::ToolsConfig) -> impl Iterator<Item = (config::HookEvent, &config::Hook)> {
+    cfg.hooks
+        .by_event
+        .iter()
+        .flat_map(|(event, hooks)| hooks.iter().map(|h| (*event, h)))
 }
 
 /// Starts each MCP server, lists its tools and checks them like any tool's (issue 16);

@@ -231,3 +231,66 @@ fn a_sandboxed_tool_cannot_read_agentruns_environment_and_holds_no_capability() 
         "{content}"
     );
 }
+
+/// The smallest stdio MCP server (Python's standard library): one tool, `ping`.
+const PING_SERVER: &str = r#"import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "ping", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+/// `tools check` and `runs show` name the sandbox of every process a run starts: its
+/// command tools, the stdio MCP servers its task can use (not the others) and its
+/// hooks. Before, `runs show` named only command tools, and `tools check` no hook.
+#[test]
+fn tools_check_and_runs_show_name_the_sandbox_of_tools_servers_and_hooks() {
+    let Some(()) = kernel() else { return };
+    let p = Project::new();
+    p.write("server.py", PING_SERVER);
+    p.write(
+        "tools.toml",
+        "[defaults]\ntimeout = \"20s\"\nattempts = 1\nsandbox = \"workspace\"\n\n\
+         [tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"cat\"]\nnetwork = false\n\n\
+         [mcp.tiny]\ncommand = [\"python3\", \"server.py\"]\n\n\
+         [mcp.unused]\ncommand = [\"python3\", \"server.py\"]\n\n\
+         [hooks]\nbefore_tool = [{ command = [\"sh\", \"-c\", \"cat >/dev/null\"] }]\n",
+    );
+    let check = p.run(&["tools", "check"]);
+    check.expect_code(0);
+    for line in [
+        "tiny__ping",
+        "hooks:\n  before_tool          sh -c cat >/dev/null\n                       (sandbox workspace, network on)",
+    ] {
+        assert!(check.stdout.contains(line), "{line:?}\n{check}");
+    }
+    p.model_script(json!([
+        {"tool_calls": [{"name": "echo", "args": {}}, {"name": "tiny__ping", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("tools = [\"echo\", \"tiny__ping\"]", "Ping.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    assert_eq!(tool_result(&show, "call_0_1"), (json!("pong"), false));
+    let human = p.run(&["runs", "show", &p.only_run()]);
+    assert!(
+        human.stdout.contains(
+            "sandbox workspace, network off (echo); \
+             sandbox workspace, network on (MCP server tiny, before_tool hook)"
+        ),
+        "{human}"
+    );
+    assert!(!human.stdout.contains("unused"), "{human}");
+}
