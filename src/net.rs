@@ -11,10 +11,16 @@
 //!
 //! Callers find the reason in the error's source chain with [`redirect_refused`] and
 //! treat it as permanent: sending the same request again gets the same redirect.
+//!
+//! Every client here (and the MCP HTTP client) also shares one TLS configuration
+//! ([`tls_builder`]): the system's root certificates are read and parsed once per
+//! process, not once per client — a worker builds a model client per run, and parsing
+//! the roots again for each cost CPU and a root store per run in flight (issue 23).
 
 use reqwest::redirect::{Attempt, Policy};
 use reqwest::{ClientBuilder, Url};
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 /// Same-origin redirects followed before the request fails.
 pub const MAX_REDIRECTS: usize = 5;
@@ -49,9 +55,41 @@ impl std::error::Error for RedirectRefused {}
 
 /// A client builder with the redirect rule and no Referer; add timeouts and headers.
 pub fn client_builder() -> ClientBuilder {
-    reqwest::Client::builder()
+    tls_builder()
         .redirect(Policy::custom(decide))
         .referer(false)
+}
+
+/// A client builder with the process's shared TLS configuration (see the module doc).
+pub fn tls_builder() -> ClientBuilder {
+    match shared_tls() {
+        Some(tls) => reqwest::Client::builder().tls_backend_preconfigured(tls),
+        // No usable roots on this system: reqwest tries on its own and reports the
+        // same error it always did when the client is built.
+        None => reqwest::Client::builder(),
+    }
+}
+
+/// What reqwest builds for each client by default — rustls with the platform's
+/// verifier, TLS 1.2 and 1.3, HTTP/1.1 — made once. `None` when the platform
+/// verifier cannot be set up (no root certificates found).
+fn shared_tls() -> Option<rustls::ClientConfig> {
+    static TLS: OnceLock<Option<rustls::ClientConfig>> = OnceLock::new();
+    TLS.get_or_init(|| {
+        let provider = rustls::crypto::CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+        let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Some(config)
+    })
+    .clone()
 }
 
 fn decide(attempt: Attempt<'_>) -> reqwest::redirect::Action {
@@ -107,6 +145,23 @@ pub fn redirect_refused<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shared configuration is one reqwest accepts (a mismatched rustls would be an
+    /// "unknown TLS backend" error at build time), and clients built with it work.
+    #[test]
+    fn clients_share_one_tls_configuration_reqwest_accepts() {
+        if rustls_native_certs::load_native_certs().certs.is_empty() {
+            println!("skipped: no system root certificates here");
+            return;
+        }
+        assert!(shared_tls().is_some());
+        for _ in 0..2 {
+            client_builder()
+                .build()
+                .expect("client with the shared TLS");
+            tls_builder().build().expect("client with the shared TLS");
+        }
+    }
 
     fn u(s: &str) -> Url {
         Url::parse(s).unwrap()

@@ -2,9 +2,11 @@
 //! take runs from it (issue 17).
 //!
 //! `submit` checks and snapshots everything `start` does, then records the run as
-//! `queued` and prints its id. A worker runs `--concurrency N` slots, each a thread
-//! with its own store connection and its own single-threaded runtime (the driver
-//! blocks on store calls, so one runtime per slot is what lets N runs commit at once).
+//! `queued` and prints its id. A worker runs `--concurrency N` slots on a few threads
+//! (`runner::worker::threads`), each with its own store connection and its own
+//! single-threaded runtime (the driver blocks on store calls, so more than one thread
+//! lets runs commit while another waits); one batched pulse on the main thread
+//! heartbeats every run held and looks for cancels (`runner::pulse`).
 //! A slot claims the oldest queued run — or a `running` one whose lease heartbeat is
 //! older than the TTL, i.e. its worker died — and drives it from its last committed
 //! step, exactly as `resume` does: journaled outcomes are reused, and a
@@ -26,6 +28,7 @@ use super::{BadInput, Cli, Exit, open_store, output};
 use crate::machine::state::LoopState;
 use crate::model::{Message, Role};
 use crate::runner::lifecycle::shutdown_signal;
+use crate::runner::pulse::Pulses;
 use crate::runner::worker::{self, Report, SlotConfig};
 use crate::store::{NewRun, RunId, RunStatus};
 use anyhow::Context;
@@ -46,7 +49,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[command(verbatim_doc_comment)]
 pub struct WorkerArgs {
     /// Runs driven at once by this process.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=MAX_CONCURRENCY))]
     pub concurrency: u32,
     /// This worker's name, shown by `runs list` [default: HOST-PID]
     #[arg(long, value_name = "NAME")]
@@ -105,6 +108,11 @@ pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Completed)
 }
 
+/// The most runs one worker drives at once. A run waiting on its model costs well
+/// under 200 KiB here (docs/bench.md, "One worker, many runs"); the bound is what
+/// one process's file descriptors and one database's writes comfortably carry.
+const MAX_CONCURRENCY: i64 = 4096;
+
 struct Ctx {
     slot: SlotConfig,
     quiet: bool,
@@ -124,8 +132,10 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
             .unwrap_or_else(|_| "worker".into());
         format!("{host}-{}", std::process::id())
     });
-    // Open once here so a bad --db is reported before any thread starts.
-    drop(open_store(&cli.db_path(), true)?);
+    // Opened here so a bad --db is reported before any thread starts; the pulse
+    // writes through it.
+    let pulse_store = open_store(&cli.db_path(), true)?.with_lease_ttl(ttl);
+    let pulses = Arc::new(Pulses::default());
     let ctx = Arc::new(Ctx {
         slot: SlotConfig {
             db: cli.db_path(),
@@ -134,6 +144,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
             poll,
             grace,
             until_idle: args.until_idle,
+            pulses: pulses.clone(),
         },
         quiet: cli.quiet || cli.json,
     });
@@ -148,15 +159,20 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let done = Arc::new(tokio::sync::Notify::new());
-    let left = Arc::new(AtomicUsize::new(args.concurrency as usize));
-    let slots: Vec<_> = (0..args.concurrency)
+    let concurrency = args.concurrency as usize;
+    let threads = worker::threads(concurrency);
+    let left = Arc::new(AtomicUsize::new(threads));
+    let started = std::time::Instant::now();
+    let slots: Vec<_> = (0..threads)
         .map(|i| {
+            // Slots spread evenly: the first `concurrency % threads` get one more.
+            let n = concurrency / threads + usize::from(i < concurrency % threads);
             let (ctx, stop, done, left) =
                 (ctx.clone(), stop_rx.clone(), done.clone(), left.clone());
             std::thread::Builder::new()
-                .name(format!("slot-{i}"))
+                .name(format!("slots-{i}"))
                 .spawn(move || {
-                    let r = slot(&ctx, stop);
+                    let r = slots_thread(&ctx, n, stop);
                     if left.fetch_sub(1, Ordering::SeqCst) == 1 {
                         done.notify_one();
                     }
@@ -169,20 +185,32 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let every = (ttl / 4).max(std::time::Duration::from_millis(10));
     let signalled = rt.block_on(async {
         tokio::select! {
             _ = shutdown_signal() => true,
             _ = done.notified() => false,
+            // Never ends: it pulses for as long as it is polled.
+            _ = pulses.run(&pulse_store, every) => false,
         }
     });
     let _ = stop_tx.send(true);
-    if signalled && !ctx.quiet {
-        crate::errln!(
-            "agentrun: worker {} stopping: runs in progress stop at their next step boundary \
-             (work in flight may finish within {}), then go back to the queue",
-            ctx.slot.name,
-            args.grace
-        );
+    if signalled {
+        if !ctx.quiet {
+            crate::errln!(
+                "agentrun: worker {} stopping: runs in progress stop at their next step \
+                 boundary (work in flight may finish within {}), then go back to the queue",
+                ctx.slot.name,
+                args.grace
+            );
+        }
+        // Runs finishing their step keep their heartbeat until handed back.
+        rt.block_on(async {
+            tokio::select! {
+                _ = done.notified() => {}
+                _ = pulses.run(&pulse_store, every) => {}
+            }
+        });
     }
     let mut failed = None;
     for s in slots {
@@ -191,7 +219,12 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
         }
     }
     if !ctx.quiet {
-        crate::errln!("agentrun: worker {} stopped", ctx.slot.name);
+        crate::errln!(
+            "agentrun: worker {} stopped after {:.1} s ({} heartbeat writes)",
+            ctx.slot.name,
+            started.elapsed().as_secs_f64(),
+            pulses.heartbeat_writes()
+        );
     }
     match failed {
         Some(e) => Err(e),
@@ -199,16 +232,23 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// One slot's thread: its own store connection and runtime, driving runs through the
-/// runner's slot loop; this prints what it reports.
-fn slot(ctx: &Ctx, stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+/// One of the worker's threads: its own store connection and runtime, driving `n`
+/// slots through the runner's slot loop; this prints what they report. A slot's
+/// store error ends that slot only; the first is the thread's result.
+fn slots_thread(
+    ctx: &Ctx,
+    n: usize,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let store = Arc::new(open_store(&ctx.slot.db, false)?.with_lease_ttl(ctx.slot.ttl));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     let say = |id: &RunId, report: Report| say(ctx, id, report);
-    rt.block_on(worker::run_slot(&ctx.slot, store, stop, &say))?;
+    let slots = (0..n).map(|_| worker::run_slot(&ctx.slot, store.clone(), stop.clone(), &say));
+    let results = rt.block_on(futures_util::future::join_all(slots));
+    results.into_iter().collect::<Result<Vec<()>, _>>()?;
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! to [`drive`], which owns, in this order:
 //! 1. the pulse: the lease's heartbeat, and the check for a cancel asked through the
 //!    store by any process on any machine ([`CANCEL_POLL`]: a cancel reaches the holder
-//!    within that, well under a second);
+//!    within that, well under a second) — a task of the run's own, or, for a worker's
+//!    runs, the worker's one batched pulse ([`super::pulse`]);
 //! 2. what else may stop the run: SIGTERM / Ctrl-C to this process, or its worker
 //!    shutting down — each a [`StopOrder`] for the driver, which the machine honours
 //!    ([`crate::machine::stop`]);
@@ -13,6 +14,7 @@
 //!
 //! The command layer only builds the [`Runner`] and prints what this returns.
 
+use super::pulse::Pulses;
 use super::stops::{StopOrder, StopSender};
 use super::{RunError, RunOutcome, Runner};
 use crate::machine::{StopCause, StopRequest};
@@ -41,11 +43,13 @@ pub enum StopOn {
     /// SIGTERM or Ctrl-C to this process: the run is `interrupted` (resumable).
     Signals,
     /// The worker `name` shutting down (`shutdown` turns true): the work in flight
-    /// may finish within `grace`, then the run goes back to the queue.
+    /// may finish within `grace`, then the run goes back to the queue. The worker's
+    /// `pulses` heartbeat the run and look for its cancel (not a task of its own).
     Worker {
         name: String,
         shutdown: watch::Receiver<bool>,
         grace: Duration,
+        pulses: Arc<Pulses>,
     },
 }
 
@@ -65,24 +69,32 @@ pub async fn drive(runner: &Runner, how: Lifecycle) -> Result<RunOutcome, RunErr
     let (tx, inbox) = tokio::sync::mpsc::unbounded_channel();
     let store = runner.store.clone();
     let lease = runner.lease.clone();
-    let pulse = tokio::spawn(pulse(
-        store.clone(),
-        lease.clone(),
-        how.heartbeat_every,
-        tx.clone(),
-    ));
+    let (own, shared) = match &how.stop_on {
+        StopOn::Worker { pulses, .. } => (None, Some(pulses.hold(&lease, tx.clone()))),
+        _ => {
+            let own = pulse(
+                store.clone(),
+                lease.clone(),
+                how.heartbeat_every,
+                tx.clone(),
+            );
+            (Some(tokio::spawn(own)), None)
+        }
+    };
     let to_queue = matches!(how.stop_on, StopOn::Worker { .. });
     let watcher = tokio::spawn(watch_stops(how.stop_on, tx));
     // Aborted however this ends: a sub-agent's drive is dropped when its parent stops
-    // mid-call (issue 26), and its pulse must not outlive it.
-    let _tasks = AbortOnDrop([pulse, watcher]);
+    // mid-call (issue 26), and its pulse must not outlive it (a worker's run leaves
+    // the worker's pulse when `shared` is dropped, the same way).
+    let _tasks = AbortOnDrop(own.into_iter().chain([watcher]).collect());
     let result = runner.run_with(inbox).await;
+    drop(shared);
     release(&store, &lease, &result, to_queue)?;
     result
 }
 
 /// Background tasks of one drive, aborted when it ends or is dropped.
-struct AbortOnDrop([tokio::task::JoinHandle<()>; 2]);
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -112,16 +124,17 @@ fn release(
 }
 
 /// The lease's heartbeat every `every`, and a look for a cancel every
-/// [`CANCEL_POLL`]: the one place a held run meets the store on a clock (a batching
-/// worker would replace this loop).
+/// [`CANCEL_POLL`]: the one place a run driven alone meets the store on a clock (a
+/// worker's runs have [`Pulses`] instead).
 async fn pulse(store: Arc<Store>, lease: Lease, every: Duration, stops: StopSender) {
     let mut tick = tokio::time::interval(CANCEL_POLL.min(every));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut beat = tokio::time::Instant::now();
+    // The ticks' own instants (see `Pulses::run`): a beat is never a tick late.
+    let mut next_beat = tick.tick().await + every;
     loop {
-        tick.tick().await;
-        if beat.elapsed() >= every {
-            beat = tokio::time::Instant::now();
+        let now = tick.tick().await;
+        if now >= next_beat {
+            next_beat = now + every;
             if store.heartbeat(&lease).is_err() {
                 // The next write of the run reports the lost lease properly.
                 return;
@@ -158,6 +171,7 @@ async fn watch_stops(stop_on: StopOn, stops: StopSender) {
             name,
             mut shutdown,
             grace,
+            ..
         } => {
             if shutdown.wait_for(|stop| *stop).await.is_err() {
                 // The worker is gone without saying stop: nothing to watch.

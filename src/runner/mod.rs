@@ -16,6 +16,7 @@ mod hooks;
 pub mod lifecycle;
 pub mod observe;
 pub mod operate;
+pub mod pulse;
 pub mod stops;
 pub mod worker;
 

@@ -1,10 +1,17 @@
 //! A worker slot (issue 17): claim the oldest claimable queue run, drive it through
 //! the one lifecycle ([`super::lifecycle::drive`]), repeat — until the worker shuts
 //! down (or, with `--until-idle`, the queue is empty). The command layer
-//! (`cli/queue.rs`) parses the flags, starts the slots' threads and prints what they
-//! report.
+//! (`cli/queue.rs`) parses the flags, starts the worker's threads ([`threads`] of
+//! them, each running its share of the slots) and prints what they report.
+//!
+//! Why not a thread per slot (issue 23): a slot spends its run waiting on the model,
+//! so a thread, a runtime and a database connection per slot bought nothing but
+//! memory — about 700 KiB per run in flight, and a PostgreSQL connection per run.
+//! Slots on one thread share its connection; a store call blocks that thread's
+//! other slots for its duration, a fraction of a millisecond.
 
 use super::lifecycle::{self, Lifecycle, StopOn};
+use super::pulse::Pulses;
 use super::{RunError, RunOutcome, Runner};
 use crate::clock::SystemClock;
 use crate::setup::{self, SetupError, Snapshot};
@@ -22,6 +29,14 @@ pub struct SlotConfig {
     pub poll: Duration,
     pub grace: Duration,
     pub until_idle: bool,
+    /// The worker's one pulse for all its runs (heartbeats and cancels).
+    pub pulses: Arc<Pulses>,
+}
+
+/// Threads (each with one database connection) a worker of `concurrency` slots runs
+/// them on: enough that one thread blocked on a store call leaves the others going.
+pub fn threads(concurrency: usize) -> usize {
+    concurrency.clamp(1, 8)
 }
 
 /// What became of a run a slot drove, for the worker's log.
@@ -129,6 +144,7 @@ async fn drive_claimed(
             name: cfg.name.clone(),
             shutdown,
             grace: cfg.grace,
+            pulses: cfg.pulses.clone(),
         },
     };
     match lifecycle::drive(&runner, how).await {

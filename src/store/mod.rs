@@ -204,6 +204,10 @@ delegate! {
     fn release(&self, lease: &Lease) -> Result<()>;
     /// Refreshes the lease's heartbeat; fails when another process took the run.
     fn heartbeat(&self, lease: &Lease) -> Result<()>;
+    /// Refreshes the heartbeat of every lease still held, in one write (a worker's
+    /// batched pulse, issue 23); returns how many were refreshed. A lease another
+    /// process took is skipped: that run's next write reports it.
+    fn heartbeat_all(&self, leases: &[Lease]) -> Result<usize>;
     /// Sets a run's status outside a step commit (interrupted, failed, escalated).
     fn set_status(&self, lease: &Lease, status: RunStatus, error: Option<&str>) -> Result<()>;
     /// Raises (or lowers) a run's budgets, e.g. from `resume --max-steps`.
@@ -290,6 +294,9 @@ delegate! {
     fn cancel_run(&self, id: &RunId, by: &str, reason: Option<&str>) -> Result<CancelOutcome>;
     /// The cancel asked for an unfinished run, if any (read by the holder's pulse).
     fn cancel_request(&self, run: &RunId) -> Result<Option<CancelRequest>>;
+    /// [`Store::cancel_request`] for many runs in one query (a worker's pulse): the
+    /// runs among `runs` someone asked to cancel.
+    fn cancel_requests(&self, runs: &[RunId]) -> Result<Vec<(RunId, CancelRequest)>>;
     /// Who asked to cancel a run, when and why, if anyone did.
     fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>>;
     /// Creates a fork of a run: its history up to a committed step, in one

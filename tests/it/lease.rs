@@ -213,6 +213,103 @@ pub fn heartbeat_keeps(db: &Db) {
 }
 
 #[test]
+fn one_batched_heartbeat_keeps_every_lease_and_skips_a_lost_one() {
+    batched_heartbeat_keeps(&Db::Sqlite);
+}
+
+/// A worker's batched pulse (issue 23): one write refreshes every lease it holds and
+/// skips one another process took over (that run learns it from its own next write);
+/// one query finds the cancels asked among the runs held.
+pub fn batched_heartbeat_keeps(db: &Db) {
+    let p = Project::on(db);
+    let store = Store::open(&p.db(), true).unwrap();
+    let leases: Vec<Lease> = (0..3).map(|_| new_run(&store)).collect();
+    let short = Store::open(&p.db(), false)
+        .unwrap()
+        .with_lease_ttl(Duration::from_secs(5));
+    for lease in &leases {
+        held_by_pid_1(&p, &lease.run, 10_000);
+    }
+    short
+        .acquire(&leases[2].run)
+        .expect("the third run taken over");
+    assert_eq!(store.heartbeat_all(&leases).unwrap(), 2);
+    assert_eq!(store.heartbeat_all(&[]).unwrap(), 0);
+    for lease in &leases[..2] {
+        assert!(matches!(
+            short.acquire(&lease.run),
+            Err(StoreError::LeaseHeld { .. })
+        ));
+    }
+    assert!(matches!(
+        store.heartbeat(&leases[2]),
+        Err(StoreError::LeaseLost(_))
+    ));
+
+    let runs: Vec<RunId> = leases.iter().map(|l| l.run.clone()).collect();
+    assert!(store.cancel_requests(&runs).unwrap().is_empty());
+    store
+        .cancel_run(&runs[1], "ops", Some("wrong task"))
+        .expect("cancel asked");
+    let found = store.cancel_requests(&runs).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, runs[1]);
+    assert_eq!(found[0].1.by, "ops");
+    assert_eq!(found[0].1.reason.as_deref(), Some("wrong task"));
+    assert!(store.cancel_requests(&runs[2..]).unwrap().is_empty());
+}
+
+/// The worker's pulse (issue 23) through its public loop: it heartbeats every run held
+/// and sends a stop order to the one run someone cancelled, which then leaves it.
+#[test]
+fn the_worker_pulse_beats_for_every_run_and_stops_the_cancelled_one() {
+    use agentrun::machine::StopCause;
+    use agentrun::runner::pulse::Pulses;
+    use std::sync::Arc;
+    let p = Project::new();
+    let store = Store::open(&p.db(), true).unwrap();
+    let (a, b) = (new_run(&store), new_run(&store));
+    let pulses = Arc::new(Pulses::default());
+    let (tx_a, mut rx_a) = tokio::sync::mpsc::unbounded_channel();
+    let (tx_b, mut rx_b) = tokio::sync::mpsc::unbounded_channel();
+    let _hold_a = pulses.hold(&a, tx_a);
+    let hold_b = pulses.hold(&b, tx_b);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let beats = async {
+        while pulses.heartbeat_writes() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    rt.block_on(async {
+        tokio::select! {
+            _ = pulses.run(&store, Duration::from_millis(10)) => unreachable!(),
+            r = tokio::time::timeout(Duration::from_secs(20), beats) => r.expect("beats"),
+        }
+    });
+    assert!(rx_a.try_recv().is_err() && rx_b.try_recv().is_err());
+    store.cancel_run(&b.run, "ops", None).unwrap();
+    let order = rt.block_on(async {
+        tokio::select! {
+            _ = pulses.run(&store, Duration::from_millis(10)) => unreachable!(),
+            r = tokio::time::timeout(Duration::from_secs(20), rx_b.recv()) => r.expect("stop"),
+        }
+    });
+    let order = order.expect("a stop order");
+    assert_eq!(order.request.cause, StopCause::Cancel);
+    assert_eq!(order.request.by, "ops");
+    assert!(
+        rx_a.try_recv().is_err(),
+        "only the cancelled run is stopped"
+    );
+    assert_eq!(pulses.len(), 1);
+    drop(hold_b);
+    assert_eq!(pulses.len(), 1, "the one still held");
+}
+
+#[test]
 fn of_four_racing_resumes_exactly_one_proceeds() {
     four_racing_resumes(&crate::common::Db::Sqlite);
 }

@@ -39,6 +39,7 @@ fn the_durability_suite_passes_on_postgresql() {
             ("live holder keeps", crate::lease::live_holder_keeps),
             ("silent holder loses", crate::lease::silent_holder_loses),
             ("heartbeat keeps", crate::lease::heartbeat_keeps),
+            ("batched heartbeat", crate::lease::batched_heartbeat_keeps),
             (
                 "workers drain the queue",
                 crate::queue::workers_drain_the_queue,

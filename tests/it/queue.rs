@@ -297,3 +297,83 @@ fn sigterm_makes_a_worker_hand_its_runs_back() {
 fn resolving_an_escalation_puts_a_submitted_run_back_in_the_queue() {
     resolving_an_escalation_requeues_the_run(&Db::Sqlite);
 }
+
+/// A worker's runs share a few threads and database connections, and one pulse
+/// (issue 23): 20 runs in flight in `worker --concurrency 300` (more than the old
+/// cap of 256) run on at most 8 slot threads and the main one, with as many handles
+/// on the database file — not a thread and a connection per run. The pulse still
+/// keeps every lease alive: with a 1 s TTL, the runs held for three TTLs are not
+/// taken over by a second worker, and each tool ran once.
+#[test]
+fn twenty_runs_in_flight_share_a_few_threads_and_connections() {
+    let p = project(
+        &Db::Sqlite,
+        json!([{"tool_calls": [{"name": "wait", "args": {}}]}, {"text": "done"}]),
+    );
+    p.script(
+        "wait.sh",
+        "#!/bin/sh\ncat > /dev/null\necho \"$AGENTRUN_RUN_ID\" >> effects.log\n\
+         touch \"started.$AGENTRUN_RUN_ID\"\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
+    );
+    p.write(
+        "tools.toml",
+        "[tools.wait]\ndescription = \"wait\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"wait.sh\"]\nidempotent = true\ntimeout = \"120s\"\n",
+    );
+    let ids: Vec<String> = (0..20).map(|_| submit(&p)).collect();
+    p.write("hold", "");
+    let a = worker(&p, "w-a", &["--concurrency", "300", "--until-idle"]);
+    let started = |p: &Project| {
+        std::fs::read_dir(p.path())
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_string_lossy().starts_with("started.")
+            })
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while started(&p) < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} runs started",
+            started(&p)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let proc_dir = format!("/proc/{}", a.id());
+    let threads = std::fs::read_dir(format!("{proc_dir}/task"))
+        .unwrap()
+        .count();
+    let db = std::fs::canonicalize(p.db()).unwrap();
+    let db_handles = std::fs::read_dir(format!("{proc_dir}/fd"))
+        .unwrap()
+        .filter(|e| std::fs::read_link(e.as_ref().unwrap().path()).is_ok_and(|t| t == db))
+        .count();
+    assert!(threads <= 9, "{threads} threads for 20 runs in flight");
+    assert!(db_handles <= 9, "{db_handles} database handles for 20 runs");
+    // Three TTLs pass with every run held: a second worker takes none over (it would
+    // run that run's tool again).
+    let b = worker(&p, "w-b", &["--concurrency", "4", "--until-idle"]);
+    let quiet = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < quiet {
+        assert_eq!(effects(&p).len(), 20, "a run was taken over");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_file(p.path().join("hold")).unwrap();
+    let (a, b) = (finish(a), finish(b));
+    a.expect_code(0);
+    b.expect_code(0);
+    assert!(!b.stderr.contains(" run "), "w-b took a run over: {b}");
+    for id in &ids {
+        assert_eq!(status(&p, id), "completed");
+    }
+    let mut ran = effects(&p);
+    ran.sort();
+    ran.dedup();
+    assert_eq!(
+        (effects(&p).len(), ran.len()),
+        (20, 20),
+        "each tool ran once"
+    );
+}

@@ -76,6 +76,32 @@ impl PgStore {
         })
     }
 
+    pub fn cancel_requests(&self, runs: &[RunId]) -> Result<Vec<(RunId, CancelRequest)>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = runs.iter().map(|r| r.0.clone()).collect();
+        self.read(move |r| {
+            let rows = r.query(
+                "SELECT id, cancel_by, cancel_reason, cancel_requested_at FROM runs
+                 WHERE id = ANY($1) AND cancel_requested_at IS NOT NULL
+                   AND status NOT IN ('cancelled', 'completed')",
+                &[&ids],
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|row| {
+                    let request = CancelRequest {
+                        by: row.get(1),
+                        reason: row.get(2),
+                        at: row.get(3),
+                    };
+                    (RunId(row.get(0)), request)
+                })
+                .collect())
+        })
+    }
+
     pub fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>> {
         let run = run.clone();
         self.read(move |r| {

@@ -47,12 +47,13 @@ impl PgStore {
     /// See `SqliteStore::claim`; here `FOR UPDATE SKIP LOCKED` lets many workers on
     /// many machines claim at once, each skipping rows another is claiming.
     pub fn claim(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>> {
-        let now = now_ms();
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let me = std::process::id() as i64;
         let host = self.host.clone();
         let worker = worker.to_string();
         self.write(move |tx| {
+            // Read when the transaction runs, not before it waited for the connection.
+            let now = now_ms();
             let Some(row) = tx.opt(
                 "SELECT id, lease_token FROM runs
                  WHERE queue AND status IN ('queued', 'running')

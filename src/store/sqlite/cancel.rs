@@ -84,6 +84,32 @@ impl SqliteStore {
             .optional()?)
     }
 
+    /// The runs among `runs` with a cancel asked (one query; the ids as a JSON array).
+    pub fn cancel_requests(&self, runs: &[RunId]) -> Result<Vec<(RunId, CancelRequest)>> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::Value::from(runs.iter().map(|r| r.0.as_str()).collect::<Vec<_>>())
+            .to_string();
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, cancel_by, cancel_reason, cancel_requested_at FROM runs
+             WHERE id IN (SELECT value FROM json_each(?1)) AND cancel_requested_at IS NOT NULL
+               AND status NOT IN ('cancelled', 'completed')",
+        )?;
+        let rows = stmt.query_map([ids], |r| {
+            Ok((
+                RunId(r.get(0)?),
+                CancelRequest {
+                    by: r.get(1)?,
+                    reason: r.get(2)?,
+                    at: r.get(3)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Who cancelled a run, when and why (`runs show`); `None` if nobody asked.
     pub fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>> {
         let conn = self.lock();

@@ -6,9 +6,10 @@ use crate::store::durability::{BUSY_TIMEOUT, Durability};
 use crate::store::error::{Result, StoreError};
 use crate::store::lease::LEASE_TTL_MS;
 use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// Prepared statements kept per connection: every statement of the step path fits,
@@ -25,6 +26,25 @@ pub struct SqliteStore {
     pub(super) busy_timeout: Duration,
     /// See [`LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
     pub(super) lease_ttl_ms: i64,
+    /// Shared by every connection of this process to the same file ([`write_gate`]).
+    gate: Arc<Mutex<()>>,
+}
+
+/// The one gate of this process's writers to the file at `path`. SQLite's own lock
+/// makes a writer that finds it taken sleep and retry (1, 2, 5 … 100 ms): fine
+/// between processes, but a worker's threads share one file, and at hundreds of runs
+/// a thread that lost the race slept while all its runs waited — and a batched
+/// heartbeat could lose it for longer than the lease TTL (issue 23). Behind this
+/// gate they queue instead and are woken the moment the writer before them commits;
+/// other processes still meet SQLite's lock and busy timeout.
+fn write_gate(path: &Path) -> Arc<Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut gates = GATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    gates.entry(key).or_default().clone()
 }
 
 impl SqliteStore {
@@ -85,6 +105,7 @@ impl SqliteStore {
             sync_full: AtomicBool::new(true),
             busy_timeout: BUSY_TIMEOUT,
             lease_ttl_ms: LEASE_TTL_MS,
+            gate: write_gate(path),
         };
         store.configure()?;
         Ok(store)
@@ -192,6 +213,9 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> Result<T>,
     ) -> Result<T> {
         let conn = self.lock();
+        // After the connection's own lock: a thread never holds the gate while it
+        // waits for its connection (and a poisoned gate guards nothing).
+        let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         // SQLite refuses to change the level inside a transaction, so it is set here,
         // before BEGIN, and only when it differs from the last write's.
         let full = durability == Durability::PowerCut;

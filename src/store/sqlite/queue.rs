@@ -51,10 +51,12 @@ impl SqliteStore {
     /// is the heartbeat alone, never a pid or a host. `BEGIN IMMEDIATE` makes the
     /// claim atomic among processes (PostgreSQL uses `FOR UPDATE SKIP LOCKED`).
     pub fn claim(&self, worker: &str, ttl: std::time::Duration) -> Result<Option<Lease>> {
-        let now = now_ms();
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let me = std::process::id() as i64;
         self.write(|tx| {
+            // Read once the write lock is held: a time taken before waiting for it
+            // would judge leases by a stale clock and stamp the claim already old.
+            let now = now_ms();
             let row: Option<(String, i64)> = tx
                 .query_row(
                     "SELECT id, lease_token FROM runs

@@ -121,6 +121,24 @@ impl SqliteStore {
         self.write_as(Durability::Process, |tx| check_lease(tx, lease))
     }
 
+    /// Every lease's heartbeat in one transaction, not fsynced (as [`Self::heartbeat`]).
+    pub fn heartbeat_all(&self, leases: &[Lease]) -> Result<usize> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        self.write_as(Durability::Process, |tx| {
+            let now = now_ms();
+            let mut update = tx.prepare_cached(
+                "UPDATE runs SET lease_heartbeat = ?3 WHERE id = ?1 AND lease_token = ?2",
+            )?;
+            let mut n = 0;
+            for lease in leases {
+                n += update.execute(params![lease.run.0, lease.token, now])?;
+            }
+            Ok(n)
+        })
+    }
+
     /// Sets a run's status outside a step commit (interrupted, failed, escalated).
     pub fn set_status(&self, lease: &Lease, status: RunStatus, error: Option<&str>) -> Result<()> {
         self.write(|tx| {

@@ -586,7 +586,7 @@ fn http_client(headers: &BTreeMap<String, String>) -> Result<reqwest::Client, St
         value.set_sensitive(true);
         map.insert(name, value);
     }
-    reqwest::Client::builder()
+    crate::net::tls_builder()
         .default_headers(map)
         // Never follow a redirect: headers (tokens) must not go to another origin.
         .redirect(reqwest::redirect::Policy::none())
