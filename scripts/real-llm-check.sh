@@ -201,5 +201,57 @@ check_run "server restart" restart.json
 calls_of "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' restart.json)"
 grep -h "still waiting\|retry\|failed" restart.err | head -5 | sed 's/^/  stderr: /' || true
 
+say "prompt cache over a 10-step run (issue 23)"
+# A proxy substitutes a tool call for the model's answer on the first 9 requests (the
+# tiny model may not call tools on every CPU); the server still evaluates each whole
+# prompt and reports its own timings. From step 2 on, each request should be served
+# >= 90% from the server's cache (cache_n / (cache_n + prompt_n)), and the run's total
+# prefill (sum of prompt_n) within 1.3x of the new tokens: what each request added to
+# the one before (prompt_tokens_k - prompt_tokens_k-1; the first request counts what
+# the server did not already hold).
+PROXY_PORT=$((PORT + 1))
+python3 "$REPO/scripts/cache-proxy.py" "http://127.0.0.1:$PORT" "$PROXY_PORT" 9 "$WORK/cache.log" &
+PROXY_PID=$!
+for _ in $(seq 1 50); do
+  python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1)' "$PROXY_PORT" 2>/dev/null && break
+  sleep 0.1
+done
+cat > cache.md <<'EOF'
++++
+model = "openai:smollm2"
+max_steps = 12
+max_output_tokens = 16
+stream = false
++++
+What is the weather in Paris? Reply with <tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>
+EOF
+set +e
+OPENAI_BASE_URL=http://127.0.0.1:$PROXY_PORT/v1 "$AGENTRUN" start cache.md --json >cache.json 2>cache.err
+echo "  run exit $?"
+set -e
+kill "$PROXY_PID" 2>/dev/null || true
+if python3 - "$WORK/cache.log" <<'P'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+if len(rows) < 10:
+    print(f"  only {len(rows)} requests"); sys.exit(1)
+total = [r["usage"]["prompt_tokens"] for r in rows]
+print("  step  prompt  cached  evaluated  from cache  new")
+ok = True
+for k, r in enumerate(rows):
+    new = total[k] - (total[k - 1] if k else r["cache_n"])
+    hit = r["cache_n"] / (r["cache_n"] + r["prompt_n"])
+    print(f"  {k + 1:4}  {total[k]:6}  {r['cache_n']:6}  {r['prompt_n']:9}  {hit:9.1%}  {new:4}")
+    if k and hit < 0.90:
+        ok = False
+prefill = sum(r["prompt_n"] for r in rows)
+new = total[-1] - rows[0]["cache_n"]
+print(f"  prefill {prefill} tokens for {new} new: {prefill / new:.2f}x (target <= 1.3x)")
+worst = min(r["cache_n"] / (r["cache_n"] + r["prompt_n"]) for r in rows[1:])
+print(f"  worst request from step 2 on: {worst:.1%} from the cache (target >= 90%)")
+sys.exit(0 if ok and prefill <= 1.3 * new else 1)
+P
+then ok "prompt cache"; else fail "prompt cache (figures above)"; fi
+
 say "result"
 if [ "$FAILED" -eq 0 ]; then echo "all checks passed"; else echo "$FAILED check(s) failed"; exit 1; fi

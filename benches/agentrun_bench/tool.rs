@@ -62,15 +62,26 @@ pub fn read_stamps(path: &Path) -> Vec<u64> {
         .collect()
 }
 
-/// Median time to spawn the tool the way agentrun does (own process group, piped
-/// stdin/stdout/stderr), hand it its arguments and wait for it.
-pub fn spawn_cost(stamps: &Path, reps: usize) -> Duration {
+/// What one spawn of the tool costs, measured outside agentrun.
+pub struct SpawnCost {
+    /// Median wall time.
+    pub wall: Duration,
+    /// Mean CPU (user + system) of the spawning process and the tool together: this
+    /// process's own (`RUSAGE_SELF`) and its waited-for children's
+    /// (`RUSAGE_CHILDREN`), over the loop, per spawn.
+    pub cpu: Duration,
+}
+
+/// Spawns the tool the way agentrun does (absolute path, so `posix_spawn`; own process
+/// group, piped stdin/stdout/stderr), hands it its arguments and waits for it, `reps`
+/// times.
+pub fn spawn_cost(stamps: &Path, reps: usize) -> SpawnCost {
     spawn_cost_of(&argv(stamps), stamps, reps)
 }
 
-/// The same through agentrun's trampoline (issue 22), as a sandboxed tool starts:
-/// `agentrun __exec-tool POLICY PROGRAM ARGV0 ARGS…`, which applies `policy` (JSON)
-/// to itself and execs the helper.
+/// Median wall time of the same through agentrun's trampoline (issue 22), as a
+/// sandboxed tool starts: `agentrun __exec-tool POLICY PROGRAM ARGV0 ARGS…`, which
+/// applies `policy` (JSON) to itself and execs the helper.
 pub fn trampoline_cost(agentrun: &Path, policy: &str, stamps: &Path, reps: usize) -> Duration {
     let tool = argv(stamps);
     let mut wrapped = vec![
@@ -80,10 +91,11 @@ pub fn trampoline_cost(agentrun: &Path, policy: &str, stamps: &Path, reps: usize
         tool[0].clone(),
     ];
     wrapped.extend(tool);
-    spawn_cost_of(&wrapped, stamps, reps)
+    spawn_cost_of(&wrapped, stamps, reps).wall
 }
 
-fn spawn_cost_of(argv: &[String], stamps: &Path, reps: usize) -> Duration {
+fn spawn_cost_of(argv: &[String], stamps: &Path, reps: usize) -> SpawnCost {
+    let cpu_before = cpu_of(libc::RUSAGE_SELF) + cpu_of(libc::RUSAGE_CHILDREN);
     let mut times: Vec<Duration> = (0..reps)
         .map(|_| {
             let start = Instant::now();
@@ -106,7 +118,23 @@ fn spawn_cost_of(argv: &[String], stamps: &Path, reps: usize) -> Duration {
             start.elapsed()
         })
         .collect();
+    let cpu = cpu_of(libc::RUSAGE_SELF) + cpu_of(libc::RUSAGE_CHILDREN) - cpu_before;
     let _ = std::fs::remove_file(stamps);
     times.sort();
-    times[times.len() / 2]
+    SpawnCost {
+        wall: times[times.len() / 2],
+        cpu: cpu / reps as u32,
+    }
+}
+
+/// User + system CPU of `who` (`RUSAGE_SELF` or `RUSAGE_CHILDREN`) so far.
+fn cpu_of(who: libc::c_int) -> Duration {
+    // SAFETY: rusage is plain old data; getrusage only writes it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer and a valid `who`.
+    unsafe { libc::getrusage(who, &mut u) };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
 }

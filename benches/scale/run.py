@@ -238,10 +238,13 @@ def main():
              "| CPU user+sys s | peak RSS MiB | KiB per run in flight | turns in flight "
              "(peak) | heartbeat writes/s | PG connections | load (1/5/15 min) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    marginal = []
     try:
         for backend in backends:
+            peaks = {}
             for n in sizes:
                 r = time_case(work, backend, n)
+                peaks[n] = r["peak_rss_kib"]
                 hb = "n/a" if r["heartbeats_s"] is None else f"{r['heartbeats_s']:.2f}"
                 conns = "—" if r["pg_conns"] is None else str(r["pg_conns"])
                 row = (f"| {r['case']} | {r['completed']} | {r['turns']} | {r['wall']:.1f} "
@@ -251,6 +254,11 @@ def main():
                        f"| {r['peak_inflight']} | {hb} | {conns} | {r['load']} |")
                 print(row, "exit", r["exit"], r["stderr_tail"], flush=True)
                 lines.append(row)
+            if len(peaks) > 1:
+                lo, hi = min(peaks), max(peaks)
+                marginal.append(f"{backend}: peak RSS grows {(peaks[hi] - peaks[lo]) / (hi - lo):.0f} "
+                                f"KiB per run in flight from {lo} to {hi} runs")
+        lines += ["", *[f"- {m}" for m in marginal]]
         if STRACE_RUNS:
             lines += ["", "| database costs per step | runs | steps | fsyncs / step "
                       "| writes / step | counted |", "|---|---|---|---|---|---|"]
