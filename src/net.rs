@@ -149,6 +149,7 @@ mod tests {
     /// The shared configuration is one reqwest accepts (a mismatched rustls would be an
     /// "unknown TLS backend" error at build time), and clients built with it work.
     #[test]
+    #[allow(clippy::disallowed_macros)] // the test harness's own output: a skip line
     fn clients_share_one_tls_configuration_reqwest_accepts() {
         if rustls_native_certs::load_native_certs().certs.is_empty() {
             println!("skipped: no system root certificates here");
