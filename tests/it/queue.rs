@@ -324,7 +324,15 @@ fn twenty_runs_in_flight_share_a_few_threads_and_connections() {
     p.write("hold", "");
     // A 3 s TTL: on a loaded test machine a 1 s one can lapse between two beats.
     let slow_ttl = |name: &str, n: &str| {
-        let args = ["worker", "--name", name, "--lease-ttl", "3s", "--poll", "20ms"];
+        let args = [
+            "worker",
+            "--name",
+            name,
+            "--lease-ttl",
+            "3s",
+            "--poll",
+            "20ms",
+        ];
         p.command(&[&args[..], &["--concurrency", n, "--until-idle"]].concat())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
