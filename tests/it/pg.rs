@@ -31,7 +31,7 @@ fn the_durability_suite_passes_on_postgresql() {
     };
     std::thread::scope(|s| {
         let db = &db;
-        let suites: [(&str, Suite); 17] = [
+        let suites: [(&str, Suite); 18] = [
             ("crash points", crate::crash::every_crash_point),
             ("racing resumes", crate::lease::four_racing_resumes),
             ("parallel runs", crate::lease::four_runs_in_parallel),
