@@ -66,10 +66,11 @@ impl Machine<'_> {
             + self.windowed_out
     }
 
-    pub(super) fn ask_summary(&self) -> effects::Ask {
+    pub(super) fn ask_summary(&mut self) -> effects::Ask {
         let (Some(p), Some(window)) = (&self.compacting, self.rules.window) else {
             return self.ask();
         };
+        self.asked_note = None;
         effects::Ask {
             step: self.state.steps + 1,
             system: context::COMPACT_PROMPT.to_string(),
@@ -115,6 +116,8 @@ impl Machine<'_> {
         let summary = context::summary_message(number, &response.message.joined_text());
         self.context
             .compact_at(summary.clone(), number, p.kept_from);
+        // The next request starts anew after the summary: tell the budget again.
+        self.told = None;
         self.state = next.clone();
         let after = self.context.estimate(&self.state, self.fixed_bytes());
         let kept = if p.kept_from < number {

@@ -32,6 +32,7 @@ pub mod cut;
 pub mod effects;
 pub mod escalate;
 pub mod guards;
+mod note;
 mod parrot;
 pub mod policy;
 mod reply;
@@ -57,7 +58,7 @@ use crate::model::{Message, ToolSpec};
 use crate::prompts::Prompts;
 use crate::records::{CallRecord, EscalationRow, JournalEntry};
 use context::{Context, Window};
-use state::{LoopState, budget_note, check_budget};
+use state::{LoopState, check_budget};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -128,6 +129,10 @@ pub struct Machine<'a> {
     phase: Phase,
     /// A stop asked for while work was in flight, honoured at the next boundary.
     stopping: Option<StopRequest>,
+    /// The budget note sent with the step being asked ([`note`]).
+    asked_note: Option<note::StepNote>,
+    /// What the last note in the context told; `None`: no note in it yet.
+    told: Option<note::Marks>,
 }
 
 /// [`Machine::offered_tools`]' last answer and what it was built from.
@@ -183,6 +188,8 @@ impl<'a> Machine<'a> {
             checked_answer: None,
             phase: Phase::Idle,
             stopping: None,
+            asked_note: None,
+            told: None,
         }
     }
 
@@ -372,7 +379,7 @@ impl<'a> Machine<'a> {
         out
     }
 
-    fn ask(&self) -> effects::Ask {
+    fn ask(&mut self) -> effects::Ask {
         // The output instruction is part of the system prompt: the same text on every
         // request (DESIGN §7).
         let output = self
@@ -387,22 +394,20 @@ impl<'a> Machine<'a> {
                 .map(Message::joined_text)
                 .unwrap_or_default()
         );
+        self.asked_note = self.step_note();
         effects::Ask {
             step: self.state.steps + 1,
             system,
-            note: self.step_note(),
+            note: self
+                .asked_note
+                .as_ref()
+                .map(|n| n.text.clone())
+                .unwrap_or_default(),
             tools: self.offered_tools(&self.state),
             summary: None,
             turns_left_out: self.turns_left_out(),
             after_cut: None,
         }
-    }
-
-    /// The budget and spend lines for the next step.
-    fn step_note(&self) -> String {
-        let r = self.rules;
-        budget_note(&self.state, r.max_steps, r.max_tokens)
-            + &state::spend_note(&self.state, self.active_ms(), &r.spend)
     }
 
     /// The task's tools from tools.toml (its subset, or all).

@@ -42,8 +42,8 @@ impl Machine<'_> {
     /// note, the cut-off note (always: a replayed step cannot tell whether it had a
     /// retry), and every note in the context.
     pub(super) fn notes_shown(&self) -> Vec<String> {
-        let notes = [self.step_note(), self.cut_note().joined_text()];
-        let mut notes = notes.to_vec();
+        let mut notes = vec![self.cut_note().joined_text()];
+        notes.extend(self.asked_note.as_ref().map(|n| n.text.clone()));
         let context = self.messages().get(1..).unwrap_or(&[]);
         notes.extend(
             context
@@ -97,7 +97,7 @@ mod tests {
 
     fn notes() -> Vec<String> {
         vec![
-            "Budget: this is step 2 of 4; 3 step(s) remain including this one, and 900 of 1000 tokens remain.".into(),
+            "Budget: step 2 of 4, 3 left including this one; 900 of 1000 tokens left.".into(),
             "[agentrun] Your previous reply was cut off at the output limit of 200 tokens and was discarded.".into(),
         ]
     }

@@ -243,6 +243,7 @@ impl Machine<'_> {
     /// run in the driver).
     pub(super) fn commit(&mut self, mut c: Commit) -> Effect {
         c.state.active_ms = self.active_ms();
+        self.keep_note(c.step);
         self.context.extend(c.step, &c.messages);
         self.state = c.state.clone();
         self.window_context();

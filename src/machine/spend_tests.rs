@@ -126,7 +126,7 @@ fn the_cost_guard_stops_like_the_step_guard_and_the_request_says_what_is_left() 
     start(&mut m);
     let ask = m.load_empty_step();
     assert!(
-        ask.note.ends_with(" $0.2500 of $0.5000 remain."),
+        ask.note.ends_with(" $0.2500 of $0.5000 left."),
         "{}",
         ask.note
     );

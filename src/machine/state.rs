@@ -177,11 +177,11 @@ pub fn spend_note(state: &LoopState, active_ms: u64, spend: &super::Spend) -> St
     let mut out = String::new();
     if let Some(max) = spend.max_cost {
         let left = (max - state.cost_used()).max(0.0);
-        out += &format!(" {} of {} remain.", usd(left), usd(max));
+        out += &format!(" {} of {} left.", usd(left), usd(max));
     }
     if let Some(max) = spend.max_duration_ms {
         let left = max.saturating_sub(active_ms);
-        out += &format!(" {} of {} time remain.", seconds(left), seconds(max));
+        out += &format!(" {} of {} time left.", seconds(left), seconds(max));
     }
     out
 }
@@ -211,8 +211,8 @@ pub fn budget_note(state: &LoopState, max_steps: u32, max_tokens: u64) -> String
     let steps_left = max_steps.saturating_sub(state.steps_used());
     let tokens_left = max_tokens.saturating_sub(state.tokens_used());
     format!(
-        "Budget: this is step {} of {max_steps}; {steps_left} step(s) remain including this one, \
-         and {tokens_left} of {max_tokens} tokens remain.",
+        "Budget: step {} of {max_steps}, {steps_left} left including this one; \
+         {tokens_left} of {max_tokens} tokens left.",
         state.steps + 1
     )
 }
@@ -266,7 +266,7 @@ mod tests {
         };
         assert_eq!(
             budget_note(&s, 3, 100),
-            "Budget: this is step 2 of 3; 2 step(s) remain including this one, and 70 of 100 tokens remain."
+            "Budget: step 2 of 3, 2 left including this one; 70 of 100 tokens left."
         );
     }
 }

@@ -223,7 +223,7 @@ fn the_request_offers_the_tools_and_ask_user_and_the_budget_line_comes_apart_fro
     assert_eq!(ask.system, "sys");
     assert_eq!(
         ask.note,
-        "Budget: this is step 1 of 5; 5 step(s) remain including this one, and 10000 of 10000 tokens remain."
+        "Budget: step 1 of 5, 5 left including this one; 10000 of 10000 tokens left."
     );
 }
 

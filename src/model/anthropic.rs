@@ -416,9 +416,9 @@ fn config_from(
 
 /// The request; with `cache`, two `cache_control` breakpoints (issue 23): one on the
 /// system prompt (or the last tool, without one), which caches the tools and the
-/// system prompt — the same bytes at every step of a run — and one on the newest
-/// block of the transcript, before the per-step note, so the next step reads
-/// everything up to it from the cache and pays only for what is new.
+/// system prompt — the same bytes at every step of a run — and one on the last block
+/// (the budget note, when one is sent): the next step's request starts with all of
+/// this one, reads it from the cache and pays only for what is new.
 fn request_body(model: &str, req: &ModelRequest<'_>, cache: Option<CacheTtl>) -> Value {
     let marker = cache.map(|ttl| match ttl {
         CacheTtl::FiveMinutes => json!({"type": "ephemeral"}),
@@ -475,6 +475,9 @@ fn translate(req: &ModelRequest<'_>, marker: Option<&Value>) -> (String, Vec<Val
     for m in &req.messages[leading..] {
         out.push(m);
     }
+    // Last, after the tool results; the next request starts with all of this one
+    // (the note stays in the context), so the breakpoint goes on the very end.
+    out.push(&Message::text(Role::User, req.note));
     if let Some(m) = marker
         && let Some(block) = out
             .0
@@ -484,8 +487,6 @@ fn translate(req: &ModelRequest<'_>, marker: Option<&Value>) -> (String, Vec<Val
     {
         block["cache_control"] = m.clone();
     }
-    // Last, after the tool results, so the request's prefix is the same at every step.
-    out.push(&Message::text(Role::User, req.note));
     (system.join("\n\n"), out.0)
 }
 

@@ -216,21 +216,22 @@ fn an_openai_run_calls_a_tool_and_completes_with_the_recorded_answer() {
 
     let bodies = api.bodies(OPENAI_PATH);
     assert_eq!(bodies.len(), 2);
-    // Each request tells the model its remaining budget, last, as user text (issue 23:
-    // the system message stays the same bytes at every step).
-    for (i, b) in bodies.iter().enumerate() {
-        assert_eq!(b["messages"][0], bodies[0]["messages"][0]);
-        let last = b["messages"].as_array().unwrap().last().unwrap();
-        assert_eq!(last["role"], "user");
-        let note = last["content"].as_str().unwrap();
-        assert!(
-            note.contains(&format!("Budget: this is step {} of 5", i + 1)),
-            "{note}"
-        );
-    }
+    // The first request tells the model its budget, last, as user text (issue 23: the
+    // system message stays the same bytes at every step); the second starts with all
+    // of the first and tells nothing new (four of five steps left).
+    assert_eq!(bodies[1]["messages"][0], bodies[0]["messages"][0]);
+    let first = bodies[0]["messages"].as_array().unwrap();
+    let last = first.last().unwrap();
+    assert_eq!(last["role"], "user");
+    let note = last["content"].as_str().unwrap();
+    assert!(
+        note.contains("\n\nBudget: step 1 of 5, 5 left including this one; "),
+        "{note}"
+    );
     let messages = bodies[1]["messages"].as_array().unwrap();
-    // The budget note is the last message; the call and its result come before it.
-    let n = messages.len() - 1;
+    assert_eq!(messages[..first.len()], first[..]);
+    // The call and its result come last.
+    let n = messages.len();
     assert_eq!(
         (
             &messages[n - 2]["role"],
@@ -291,20 +292,23 @@ fn an_anthropic_run_calls_a_tool_and_completes_with_the_recorded_answer() {
     let messages = bodies[1]["messages"].as_array().unwrap();
     let last = messages.last().unwrap();
     assert_eq!(last["role"], "user", "{messages:#?}");
-    // The newest block of the transcript carries the cache breakpoint (issue 23).
+    // The newest block carries the cache breakpoint (issue 23); no budget note at the
+    // second of five steps.
     assert_eq!(
-        last["content"][0],
-        json!({"type": "tool_result", "tool_use_id": call_id,
+        last["content"],
+        json!([{"type": "tool_result", "tool_use_id": call_id,
                 "content": "The cake is a lie.", "is_error": false,
-                "cache_control": {"type": "ephemeral"}})
+                "cache_control": {"type": "ephemeral"}}])
     );
-    // Then the budget note, last (issue 23).
+    // The first request's budget note stays where it was sent, after the task.
+    let task = &messages[0]["content"];
     assert!(
-        last["content"][1]["text"]
+        task[1]["text"]
             .as_str()
-            .is_some_and(|t| t.starts_with("Budget: this is step 2 of 5")),
-        "{last:#}"
+            .is_some_and(|t| t.starts_with("Budget: step 1 of 5,")),
+        "{task:#}"
     );
+    assert_eq!(task[1].get("cache_control"), None, "{task:#}");
     let assistant = &messages[messages.len() - 2];
     assert_eq!(
         (&assistant["role"], &assistant["content"][1]["id"]),
