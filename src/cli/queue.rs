@@ -3,9 +3,11 @@
 //!
 //! `submit` checks and snapshots everything `start` does, then records the run as
 //! `queued` and prints its id. A worker runs `--concurrency N` slots on a few threads
-//! (`runner::worker::threads`), each with its own store connection and its own
-//! single-threaded runtime (the driver blocks on store calls, so more than one thread
-//! lets runs commit while another waits); one batched pulse on the main thread
+//! (`runner::worker::threads`), each with its own store handle (SQLite: a connection
+//! of its own; PostgreSQL: the process's one bounded pool, `--db-pool`, which every
+//! store opened on the URL shares — so the worker's connections are the pool's) and
+//! its own single-threaded runtime (the driver blocks on store calls, so more than one
+//! thread lets runs commit while another waits); one batched pulse on the main thread
 //! heartbeats every run held and looks for cancels (`runner::pulse`).
 //! A slot claims the oldest queued run — or a `running` one whose lease heartbeat is
 //! older than the TTL, i.e. its worker died — and drives it from its last committed
@@ -232,7 +234,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     }
 }
 
-/// One of the worker's threads: its own store connection and runtime, driving `n`
+/// One of the worker's threads: its own store handle and runtime, driving `n`
 /// slots through the runner's slot loop; this prints what they report. A slot's
 /// store error ends that slot only; the first is the thread's result.
 fn slots_thread(

@@ -7,8 +7,11 @@
 //! Why not a thread per slot (issue 23): a slot spends its run waiting on the model,
 //! so a thread, a runtime and a database connection per slot bought nothing but
 //! memory — about 700 KiB per run in flight, and a PostgreSQL connection per run.
-//! Slots on one thread share its connection; a store call blocks that thread's
-//! other slots for its duration, a fraction of a millisecond.
+//! Slots on one thread share its store: on SQLite a connection of the thread's own,
+//! on PostgreSQL the process's bounded pool (`--db-pool`), which every thread and the
+//! pulse borrow from one call at a time — a worker never holds more connections than
+//! the pool, however many slots. A store call blocks that thread's other slots for
+//! its duration, a fraction of a millisecond.
 
 use super::lifecycle::{self, Lifecycle, StopOn};
 use super::pulse::Pulses;
@@ -33,8 +36,9 @@ pub struct SlotConfig {
     pub pulses: Arc<Pulses>,
 }
 
-/// Threads (each with one database connection) a worker of `concurrency` slots runs
-/// them on: enough that one thread blocked on a store call leaves the others going.
+/// Threads (each with one store: an SQLite connection, or a handle on the PostgreSQL
+/// pool) a worker of `concurrency` slots runs them on: enough that one thread blocked
+/// on a store call leaves the others going.
 pub fn threads(concurrency: usize) -> usize {
     concurrency.clamp(1, 8)
 }
