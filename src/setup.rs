@@ -2,6 +2,8 @@
 //! anything is written, and the config snapshot that makes a resumed run use exactly
 //! what it started with.
 
+pub mod child;
+
 use crate::config::{self, ConfigErrors, McpServer, ToolsConfig};
 use crate::model::anthropic::Anthropic;
 use crate::model::openai::OpenAi;
@@ -240,7 +242,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     let resolved = resolve_with(snapshot, pool)?;
     // Each sub-agent's task file, read now as its child will read it (issue 26): a bad
     // one stops the run before anything is written, not mid-run.
-    crate::runner::children::snapshot::check_agents(&resolved)?;
+    child::check_agents(&resolved)?;
     Ok(Prepared {
         max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
         max_tokens: task.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),

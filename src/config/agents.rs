@@ -12,25 +12,14 @@
 //! what calling one does (a child run in the same database) is `runner::children`.
 
 use super::Sink;
+pub use super::raw::RawAgent;
 use super::raw::{Section, Where};
+pub use super::types::DEFAULT_MAX_DEPTH;
 use super::types::*;
 use super::validate;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawAgent {
-    /// The agent's task file, relative to tools.toml's folder.
-    pub task: Option<String>,
-    pub description: Option<String>,
-    pub input_schema: Option<Value>,
-}
-
-/// `[policy] max_depth` when not given: a run's children may have children, no more.
-pub const DEFAULT_MAX_DEPTH: u32 = 2;
 
 /// The schema of an agent that gives none: one string, the work to do.
 pub fn default_input_schema() -> Value {

@@ -151,7 +151,7 @@ pub struct RawFile {
     pub mcp: BTreeMap<String, Section<RawMcp>>,
     pub hooks: Section<RawHooks>,
     pub notify: Option<Section<RawNotify>>,
-    pub agents: BTreeMap<String, Section<super::agents::RawAgent>>,
+    pub agents: BTreeMap<String, Section<RawAgent>>,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -218,6 +218,16 @@ fn read_tools(
         let section = read_section(tool, text, Where::Tool(&name), sink);
         tools.insert(name, section);
     }
+}
+
+/// `[agents.NAME]` as written (issue 26).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    /// The agent's task file, relative to tools.toml's folder.
+    pub task: Option<String>,
+    pub description: Option<String>,
+    pub input_schema: Option<serde_json::Value>,
 }
 
 /// `agents` (issue 26) must be a table of tables, one per agent.

@@ -34,6 +34,9 @@ impl Default for RetryPolicy {
     }
 }
 
+/// `[policy] max_depth` when not given: a run's children may have children, no more.
+pub const DEFAULT_MAX_DEPTH: u32 = 2;
+
 /// `[policy]`: when the loop stops trusting a tool or itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Policy {
@@ -62,7 +65,7 @@ impl Default for Policy {
             stuck_repeats: 3,
             approval_patterns: Vec::new(),
             max_parallel_calls: DEFAULT_MAX_PARALLEL_CALLS,
-            max_depth: super::agents::DEFAULT_MAX_DEPTH,
+            max_depth: DEFAULT_MAX_DEPTH,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Tools: running one attempt of a command, HTTP or MCP tool, and checking arguments
 //! against a tool's schema. Retries and fallbacks sit above this, in `recovery`.
 
+mod before;
 pub mod command;
 mod env;
 pub mod http;

@@ -20,7 +20,7 @@
 //! that asks for a sandbox does not start at all
 //! ([`crate::config::preflight::sandbox_missing`]).
 
-use super::spawn::Before;
+use super::before::Before;
 use crate::config::{Sandbox, SandboxMode};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

@@ -16,6 +16,7 @@
 //!   exec (the sandbox, a death signal: [`Before`]) is done by agentrun's trampoline
 //!   ([`super::trampoline`]), itself spawned this way, which then execs the program.
 
+pub use super::before::Before;
 use super::env::{ChildEnv, child_env};
 use crate::config::{CommandSpec, McpTransport, ToolKind, ToolsConfig};
 use std::ffi::{OsStr, OsString};
@@ -38,20 +39,6 @@ pub struct Prepared {
     pub cmd: tokio::process::Command,
     /// Secret values in its environment, to redact from what it says.
     pub env: ChildEnv,
-}
-
-/// What must hold in the child before it execs its program (issue 22). Anything here
-/// sends the spawn through the trampoline ([`super::trampoline`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Before<'a> {
-    /// The per-call temp dir of a sandboxed child (its `TMPDIR`, writable to it).
-    pub tmp: Option<&'a Path>,
-    /// Kill the child when agentrun dies (`PR_SET_PDEATHSIG`): MCP servers, which
-    /// outlive any one call.
-    pub die_with_parent: bool,
-    /// Start it under a supervisor that kills everything it started, `setsid` escapees
-    /// included, when it is stopped or agentrun dies ([`super::supervise`]).
-    pub supervise: bool,
 }
 
 /// A command for `spec` with agentrun's own variables `extra` added to its environment.

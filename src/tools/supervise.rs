@@ -43,7 +43,7 @@ pub fn run(parent: u32, exec: impl FnOnce() -> i32) -> i32 {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
         if std::os::unix::process::parent_id() != parent {
-            return super::trampoline::SETUP_FAILED;
+            return super::before::SETUP_FAILED;
         }
         let me = std::process::id();
         match libc::fork() {
@@ -52,14 +52,14 @@ pub fn run(parent: u32, exec: impl FnOnce() -> i32) -> i32 {
                     "agentrun: cannot start the MCP server: fork: {}",
                     std::io::Error::last_os_error()
                 );
-                super::trampoline::SETUP_FAILED
+                super::before::SETUP_FAILED
             }
             0 => {
                 libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
                 // The server dies with its supervisor too.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
                 if std::os::unix::process::parent_id() != me {
-                    libc::_exit(super::trampoline::SETUP_FAILED);
+                    libc::_exit(super::before::SETUP_FAILED);
                 }
                 libc::_exit(exec())
             }

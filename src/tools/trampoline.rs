@@ -9,8 +9,9 @@
 //! environment it was given. The pid, the process group and the pipes stay the
 //! tool's, so everything that watches the child (timeouts, group kills) is unchanged.
 
+pub use super::before::Before;
+use super::before::SETUP_FAILED;
 use super::sandbox::{self, Policy};
-use super::spawn::Before;
 use crate::config::CommandSpec;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
@@ -18,10 +19,6 @@ use std::path::{Path, PathBuf};
 
 /// The reserved first argument. Not a subcommand: clap never sees it.
 pub const ARG: &str = "__exec-tool";
-
-/// Exit status when the policy cannot be applied: `EX_SOFTWARE`, a `tool_bug`, with
-/// the reason on stderr (the tool never ran).
-pub(super) const SETUP_FAILED: i32 = 70;
 
 /// agentrun's own executable, resolved once.
 fn me() -> Option<&'static Path> {

@@ -1,7 +1,7 @@
 //! Sub-agents as durable child runs (issue 26).
 //!
 //! A call of an `[agents.NAME]` tool starts a child run in the same database: its own
-//! id, its own snapshot ([`snapshot::plan`]), its own lease, driven in this process by
+//! id, its own snapshot ([`crate::setup::child::plan`]), its own lease, driven in this process by
 //! the one lifecycle (`lifecycle::drive`, with the pulse that hears a cancel) while
 //! the parent's call waits for it, alongside the step's other calls.
 //!
@@ -20,8 +20,6 @@
 //! with a child in flight (cancel, signal, time budget) drops the child's future: the
 //! [`Hold`] then writes the child down as cancelled (when a cancel was asked for it
 //! or its parent) or interrupted, and gives its lease up.
-
-pub mod snapshot;
 
 use super::lifecycle::{self, Lifecycle, StopOn};
 use super::observe::Unobserved;
@@ -170,7 +168,7 @@ async fn drive_child(
 /// Creates the child run: the agent's task with the call's input, budgets capped by
 /// what the parent has left, linked to the parent call by its key.
 fn create(parent: &Runner, c: &ChildCall<'_>) -> Result<(RunId, Lease), ChildError> {
-    let mut plan = snapshot::plan(&parent.resolved.snapshot, c.agent)?;
+    let mut plan = crate::setup::child::plan(&parent.resolved.snapshot, c.agent)?;
     let left = Left::of(parent, c.parent, c.time_left);
     let max_steps = plan.max_steps.min(left.steps);
     let max_tokens = plan.max_tokens.min(left.tokens);
