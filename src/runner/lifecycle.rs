@@ -23,8 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How often the holder asks the store whether someone cancelled the run.
-pub const CANCEL_POLL: Duration = Duration::from_millis(250);
+pub use super::pulse::CANCEL_POLL;
 
 /// The heartbeat of a run driven by `start`/`resume` (the lease TTL is a minute).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);

@@ -6,7 +6,6 @@
 //! for all of them: one heartbeat write (every lease in one transaction) per TTL/4
 //! and one cancel query per [`CANCEL_POLL`], whatever the number of runs.
 
-use super::lifecycle::CANCEL_POLL;
 use super::stops::{StopOrder, StopSender};
 use crate::machine::{StopCause, StopRequest};
 use crate::store::{Lease, RunId, Store};
@@ -14,6 +13,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// How often the holder asks the store whether someone cancelled the run (here, not
+/// in `lifecycle`, which drives a run alone with it and imports this module).
+pub const CANCEL_POLL: Duration = Duration::from_millis(250);
 
 /// The runs a worker holds, and where each one's stop orders go.
 #[derive(Default)]

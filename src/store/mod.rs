@@ -26,6 +26,7 @@ mod input;
 mod lease;
 mod outbox;
 mod pg;
+mod rows;
 mod sqlite;
 
 pub use crate::records::{

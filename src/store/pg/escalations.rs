@@ -1,5 +1,6 @@
 //! The human queue on PostgreSQL: escalations a run raises, and people's decisions.
 
+use crate::store::rows::{escalation_columns};
 use super::conn::PgStore;
 use super::rows::escalation_row;
 use super::write::{
@@ -50,8 +51,7 @@ impl PgStore {
     pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
         let rows = self.read(move |r| {
             r.query(
-                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
-                    resolved_by, resolution, applied FROM escalations WHERE id = $1",
+                concat!("SELECT ", escalation_columns!(), " FROM escalations WHERE id = $1"),
                 &[&id.0],
             )
         })?;
@@ -64,9 +64,8 @@ impl PgStore {
     pub fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>> {
         let rows = self.read(move |r| {
             r.query(
-                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
-                    resolved_by, resolution, applied FROM escalations
-                 WHERE ($1 OR status = 'open') ORDER BY id DESC",
+                concat!("SELECT ", escalation_columns!(), " FROM escalations
+                 WHERE ($1 OR status = 'open') ORDER BY id DESC"),
                 &[&all],
             )
         })?;
@@ -77,9 +76,8 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT id, run_id, step, kind, status, summary, detail, created_at, resolved_at,
-                    resolved_by, resolution, applied FROM escalations
-                 WHERE run_id = $1 ORDER BY id",
+                concat!("SELECT ", escalation_columns!(), " FROM escalations
+                 WHERE run_id = $1 ORDER BY id"),
                 &[&id.0],
             )
         })?;

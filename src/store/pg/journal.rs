@@ -2,6 +2,7 @@
 //! SQLite's (see its `journal` module doc for what each costs and what a crash can
 //! cost), and readers that page through a run so memory stays flat.
 
+use crate::store::rows::{event_columns, journal_columns, message_columns};
 use super::conn::{PAGE, PgStore};
 use super::rows::{corrupt, event_row, journal_row, message_row};
 use super::write::{
@@ -234,7 +235,7 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT seq, step, role, content FROM messages WHERE run_id = $1 ORDER BY seq",
+                concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = $1 ORDER BY seq"),
                 &[&id.0],
             )
         })?;
@@ -271,8 +272,8 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT seq, step, role, content FROM messages
-                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                concat!("SELECT ", message_columns!(), " FROM messages
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"),
                 &[&id.0, &after, &i64::from(limit)],
             )
         })?;
@@ -288,8 +289,8 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT step, at, data, id FROM events
-                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                concat!("SELECT ", event_columns!(), ", id FROM events
+                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"),
                 &[&id.0, &after, &i64::from(limit)],
             )
         })?;
@@ -303,8 +304,8 @@ impl PgStore {
         let from = i64::from(from);
         let rows = self.read(move |r| {
             r.query(
-                "SELECT seq, step, role, content FROM messages
-                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq",
+                concat!("SELECT ", message_columns!(), " FROM messages
+                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq"),
                 &[&id.0, &from],
             )
         })?;
@@ -327,8 +328,7 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
-                 FROM tool_calls WHERE run_id = $1 AND step BETWEEN $2 AND $3 ORDER BY step, idx",
+                concat!("SELECT ", journal_columns!(), " FROM tool_calls WHERE run_id = $1 AND step BETWEEN $2 AND $3 ORDER BY step, idx"),
                 &[&id.0, &from, &to],
             )
         })?;
@@ -366,7 +366,7 @@ impl PgStore {
         let step = i64::from(step);
         let rows = self.read(move |r| {
             r.query(
-                "SELECT step, at, data FROM events WHERE run_id = $1 AND step = $2 ORDER BY id",
+                concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = $1 AND step = $2 ORDER BY id"),
                 &[&id.0, &step],
             )
         })?;
@@ -377,7 +377,7 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                "SELECT step, at, data FROM events WHERE run_id = $1 ORDER BY id",
+                concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = $1 ORDER BY id"),
                 &[&id.0],
             )
         })?;

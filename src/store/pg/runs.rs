@@ -1,7 +1,7 @@
 //! Run rows on PostgreSQL: creation, lookup, listing, status and the lease.
 
 use super::conn::PgStore;
-use super::rows::run_row;
+use super::rows::{run_columns, run_row};
 use super::write::{
     check_lease, encode_messages, insert_messages, insert_scripts, keep_step_state,
 };
@@ -11,15 +11,6 @@ use crate::store::error::{Result, StoreError};
 use crate::store::input::NewRun;
 use crate::store::lease::{Lease, process_alive};
 use std::collections::BTreeMap;
-
-/// The columns [`run_row`] reads, in its order (a macro: queries are `&'static str`).
-macro_rules! run_columns {
-    () => {
-        "id, task, task_path, status, max_steps, max_tokens, steps, input_tokens, \
-         output_tokens, answer, error, lease_pid, created_at, updated_at, lease_worker, \
-         lease_heartbeat, parent_run, parent_call, forked_from, forked_at, cost_usd"
-    };
-}
 
 impl PgStore {
     pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {

@@ -32,6 +32,7 @@
 //!
 //! It never costs a committed step, and never repeats a non-idempotent call.
 
+use crate::store::rows::{event_columns, journal_columns, message_columns};
 use super::conn::SqliteStore;
 use super::rows::{corrupt, db, event_row, journal_row, message_row};
 use super::write::{
@@ -277,7 +278,7 @@ impl SqliteStore {
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
         let mut stmt = db(conn.prepare_cached(
-            "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
+            concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = ?1 ORDER BY seq"),
         ))?;
         let mut rows = db(stmt.query([&run.0]))?;
         while let Some(r) = db(rows.next())? {
@@ -294,7 +295,7 @@ impl SqliteStore {
         let conn = self.lock();
         let mut out = Vec::new();
         let mut head = conn.prepare_cached(
-            "SELECT seq, step, role, content FROM messages WHERE run_id = ?1 ORDER BY seq",
+            concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = ?1 ORDER BY seq"),
         )?;
         let mut rows = head.query([&run.0])?;
         while let Some(r) = rows.next()? {
@@ -307,8 +308,8 @@ impl SqliteStore {
         drop(rows);
         let opening = out.last().map_or(i64::MIN, |m| m.seq);
         let mut tail = conn.prepare_cached(
-            "SELECT seq, step, role, content FROM messages
-             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq DESC",
+            concat!("SELECT ", message_columns!(), " FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq DESC"),
         )?;
         let mut rows = tail.query(params![run.0, opening])?;
         let mut since = Vec::new();
@@ -333,8 +334,8 @@ impl SqliteStore {
     ) -> Result<Vec<StoredMessage>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT seq, step, role, content FROM messages
-             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+            concat!("SELECT ", message_columns!(), " FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"),
         )?;
         let mut rows = stmt.query(params![run.0, after, limit])?;
         let mut out = Vec::new();
@@ -354,8 +355,8 @@ impl SqliteStore {
     ) -> Result<Vec<(i64, StoredEvent)>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT step, at, data, id FROM events
-             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+            concat!("SELECT ", event_columns!(), ", id FROM events
+             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"),
         )?;
         let mut rows = stmt.query(params![run.0, after, limit])?;
         let mut out = Vec::new();
@@ -415,8 +416,7 @@ impl SqliteStore {
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
         let mut stmt = db(conn.prepare_cached(
-            "SELECT step, idx, call_id, tool, args, status, started, attempts, result, is_error, via
-             FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx",
+            concat!("SELECT ", journal_columns!(), " FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx"),
         ))?;
         let mut rows = db(stmt.query(params![run.0, steps.start(), steps.end()]))?;
         while let Some(r) = db(rows.next())? {
@@ -443,7 +443,7 @@ impl SqliteStore {
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
         let mut stmt = db(
-            conn.prepare_cached("SELECT step, at, data FROM events WHERE run_id = ?1 ORDER BY id")
+            conn.prepare_cached(concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = ?1 ORDER BY id"))
         )?;
         let mut rows = db(stmt.query([&run.0]))?;
         while let Some(r) = db(rows.next())? {
@@ -459,7 +459,7 @@ impl SqliteStore {
     pub fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT step, at, data FROM events WHERE run_id = ?1 AND step = ?2 ORDER BY id",
+            concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = ?1 AND step = ?2 ORDER BY id"),
         )?;
         let mut rows = stmt.query(params![run.0, step])?;
         let mut out = Vec::new();
