@@ -332,3 +332,23 @@ fn db_check_names_the_right_a_role_lacks() {
     let missing = run.json()["missing_privileges"].to_string();
     assert!(missing.contains("CREATE on"), "{run}");
 }
+
+/// A Unix-socket host with `PGSSLMODE=require` connects, as with libpq, which ignores
+/// sslmode on a socket (the server offers no TLS there).
+#[test]
+fn a_unix_socket_host_ignores_sslmode_require() {
+    let Some(s) = server() else { return };
+    let Some(dir) = std::env::var("AGENTRUN_PG_DIR").ok().filter(|d| {
+        std::path::Path::new(d)
+            .join(format!(".s.PGSQL.{}", s.port))
+            .exists()
+    }) else {
+        println!("skipped: no PostgreSQL socket folder (AGENTRUN_PG_DIR from .ci/pg)");
+        return;
+    };
+    let tcp = s.url_for("agentrun", "127.0.0.1", "");
+    let socket = tcp.replace("@127.0.0.1:", &format!("@{}:", dir.replace('/', "%2F")));
+    let run = list(&socket, &[("PGSSLMODE", "require")]);
+    run.expect_code(0);
+    assert!(run.stderr.contains("no runs yet"), "{run}");
+}

@@ -115,6 +115,14 @@ pub fn resolve(url: &str, env: Env<'_>) -> Result<ConnInfo, String> {
             .filter(|p| p.is_file())
             .map(Roots::File),
     };
+    // libpq ignores sslmode on a Unix socket (nothing crosses a network to encrypt, and
+    // the server offers no TLS there); tokio-postgres would still ask for it and fail.
+    let hosts = config.get_hosts();
+    let tls = if !hosts.is_empty() && hosts.iter().all(|h| matches!(h, Host::Unix(_))) {
+        TlsMode::Disable
+    } else {
+        tls
+    };
     config.ssl_mode(match tls {
         TlsMode::Disable => SslMode::Disable,
         TlsMode::Prefer => SslMode::Prefer,
@@ -368,6 +376,21 @@ mod tests {
             .err()
             .unwrap();
         assert!(bad.contains("verify-full"), "{bad}");
+    }
+
+    #[test]
+    fn a_unix_socket_host_ignores_sslmode_as_libpq_does() {
+        let env = env_of(&[("PGSSLMODE", "require")]);
+        for url in [
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/d",
+            "postgres://u@/d?host=/var/run/postgresql&sslmode=verify-full",
+        ] {
+            let info = resolve(url, &env).unwrap();
+            assert_eq!(info.tls, TlsMode::Disable, "{url}");
+            assert_eq!(info.config.get_ssl_mode(), SslMode::Disable, "{url}");
+        }
+        let tcp = resolve("postgres://u@db.example/d", &env).unwrap();
+        assert_eq!(tcp.tls, TlsMode::Require);
     }
 
     #[test]
