@@ -1,21 +1,44 @@
 //! The store: where runs live between processes — the transcript, the tool-call
-//! journal, loop checkpoints, the trace, the human queue and the run queue — behind one
-//! [`Store`] over two backends, SQLite (one file, the default) and PostgreSQL (a
-//! server many machines share, issues 17 and 25).
+//! journal, loop checkpoints, the trace, the human queue, the run queue and the
+//! notification outbox — behind one [`Store`] over two backends, SQLite (one file, the
+//! default) and PostgreSQL (a server many machines share, issues 17 and 25).
 //!
-//! What it stores are the neutral records of `crate::records` (which the pure machine
-//! also speaks); what it adds is the contract of DESIGN §5: one transaction per step,
-//! the journal within the step at a stated [`Durability`], leases with fencing tokens,
-//! secrets never stored, damaged storage reported and never repaired.
+//! What it stores are the neutral records of `crate::records`, which the pure machine
+//! also speaks (`machine/` imports nothing of this module); what it adds is the contract
+//! of DESIGN §5: one transaction per step, the journal within the step at a stated
+//! [`Durability`], leases with fencing tokens, secrets never stored, damaged storage
+//! reported and never repaired.
+//!
+//! **Who calls what.** The runner (`crate::runner`) opens a [`Store`] from `--db`,
+//! creates or acquires runs, and calls the step writes (`record_model_turn`,
+//! `mark_started`, `record_outcome`, `commit_step`, `create_escalation`,
+//! `apply_resolution`) as the machine's effects come; the commands (`crate::cli`) and
+//! the console (`crate::serve`) read runs, journals and escalations and record
+//! people's decisions, cancels and messages; workers claim queued runs.
+//!
+//! **One shape over both backends (issue 25).** Each write that changes several rows
+//! is planned once (`plan.rs`: the row writes, in order, JSON encoded) and run by the
+//! backend in one transaction in its own SQL (`sqlite/plan.rs`, `pg/plan.rs`); those
+//! writes are [`Store`] methods written once (`writes.rs`). Each table's rows are read
+//! once (`rows.rs`: one column order per table, the readers over each driver's row
+//! type). What stays per backend is SQL that differs in more than its dialect: opening
+//! and migrating, the lease and the queue's claims (`BEGIN IMMEDIATE` against
+//! `FOR UPDATE SKIP LOCKED`), how readers stream (SQLite walks a cursor, PostgreSQL
+//! pages), forks and deliveries that branch on what a statement changed, and admin.
 //!
 //! Module map (each folder's files import downwards only):
-//! - `error`, `durability`, `lease`, `input`, `fork`: the vocabulary both backends share
-//!   (errors, how far a write survives, the lease, what callers hand in to write, what
-//!   a fork copies);
-//! - `sqlite/`: the embedded backend (connection and pragmas, migrations, the shared
-//!   write helpers and row readers, then runs, queue, journal, escalations, admin);
-//! - `pg/`: the PostgreSQL backend, split the same way;
-//! - this file: the [`Store`] enum and the table of methods both backends implement.
+//! - `error`, `durability`, `lease`, `input`: the vocabulary both backends share
+//!   (errors, how far a write survives, the lease, what callers hand in to write);
+//! - `rows`: each table's row reader and column order, over either driver's rows;
+//! - `plan`: the row writes of each multi-row write, computed from the caller's input;
+//! - `writes`: those writes as [`Store`] methods (create, submit, the step's journal
+//!   and commit, escalations, decisions carried in);
+//! - `fork`, `cancel`, `outbox`, `check`: what a fork copies, how a cancel is decided,
+//!   the notification events, `db check`'s report — shared by both backends;
+//! - `sqlite/`: the embedded backend (connection and pragmas, migrations, its row type
+//!   and plan runner, then runs, queue, journal readers, escalations, admin…);
+//! - `pg/`: the PostgreSQL backend, split the same way, plus its URL, TLS and pool;
+//! - this file: the [`Store`] enum and the table of the methods both backends implement.
 
 mod cancel;
 mod check;
@@ -26,8 +49,10 @@ mod input;
 mod lease;
 mod outbox;
 mod pg;
+mod plan;
 mod rows;
 mod sqlite;
+mod writes;
 
 pub use crate::records::{
     AllToolsFailedFacts, ApprovalFacts, BreakerFacts, CallFacts, CallId, CallRecord, CallStatus,
@@ -49,7 +74,6 @@ pub use pg::PgStore;
 pub use sqlite::SqliteStore;
 
 use crate::model::{Message, ModelResponse};
-use crate::trace::TraceEvent;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -178,11 +202,6 @@ macro_rules! delegate {
 }
 
 delegate! {
-    /// Creates a run, already leased to this process, with its opening messages.
-    fn create_run(&self, new: &NewRun<'_>) -> Result<Lease>;
-    /// Creates a child run (issue 26), leased to this process, linked to its parent
-    /// call; `key` (the call's idempotency key) is unique: one call, one child.
-    fn create_child_run(&self, new: &NewRun<'_>, parent: &ParentLink, key: &str) -> Result<Lease>;
     /// The child run the call with idempotency key `key` started, if any.
     fn child_by_key(&self, key: &str) -> Result<Option<RunRow>>;
     /// A run's child runs, oldest first.
@@ -190,8 +209,6 @@ delegate! {
     /// Takes the lease of a run for this process. Refused while another live holder
     /// has it; a holder that died or went silent is replaced.
     fn acquire(&self, id: &RunId) -> Result<Lease>;
-    /// Queues a run for the workers (`agentrun submit`): `queued`, held by nobody.
-    fn submit_run(&self, new: &NewRun<'_>) -> Result<()>;
     /// Takes the oldest claimable queue run for `worker` (queued, or running under a
     /// lease silent for longer than `ttl`), raising its fencing token.
     fn claim(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>>;
@@ -229,19 +246,8 @@ delegate! {
     fn recent_runs(&self, status: Option<RunStatus>, limit: Option<u32>) -> Result<Vec<RunRow>>;
     /// The database's plan for [`Store::recent_runs`], one line per step.
     fn recent_runs_plan(&self) -> Result<Vec<String>>;
-    /// Journals a model response for `step` with its tool calls as pending rows.
-    fn record_model_turn(&self, lease: &Lease, step: u32, response: &ModelResponse, events: &[TraceEvent]) -> Result<()>;
     /// The journaled model response for `step`, if the step was begun but not committed.
     fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>>;
-    /// Marks a call as begun, durably (power-cut safe before it returns).
-    fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()>;
-    fn record_outcome(&self, lease: &Lease, step: u32, record: &CallRecord, events: &[TraceEvent]) -> Result<()>;
-    /// Commits a finished step in one transaction; returns the escalation it raised.
-    fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>>;
-    /// Appends messages between steps with the new loop state; marks the escalation applied.
-    fn apply_resolution(&self, lease: &Lease, escalation: i64, step: u32, messages: &[Message], state: &str, status: Option<(RunStatus, &str)>) -> Result<()>;
-    /// Appends trace events outside a step commit (e.g. while pausing).
-    fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()>;
     /// The last committed step and loop state JSON.
     fn checkpoint(&self, run: &RunId) -> Result<(u32, String)>;
     fn messages(&self, run: &RunId) -> Result<Vec<StoredMessage>>;
@@ -267,8 +273,6 @@ delegate! {
     fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>>;
     /// Hands the run's trace to `f` one event at a time, in order.
     fn each_event<E: From<StoreError>>(&self, run: &RunId, f: impl FnMut(StoredEvent) -> std::result::Result<(), E>) -> std::result::Result<(), E>;
-    /// Queues an escalation; pausing the run and clearing a blocked call's start mark.
-    fn create_escalation(&self, lease: &Lease, new: &NewEscalation<'_>, pause_as: Option<RunStatus>, events: &[TraceEvent]) -> Result<EscalationId>;
     fn escalation(&self, id: EscalationId) -> Result<EscalationRow>;
     /// Open escalations (or all, newest first).
     fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>>;

@@ -85,7 +85,10 @@ pub(crate) enum Write {
     /// The journaled response of `step`, now part of the transcript: spent.
     SpendTurn { step: i64 },
     /// Trace events under `step`.
-    Events { step: i64, events: Vec<EncodedEvent> },
+    Events {
+        step: i64,
+        events: Vec<EncodedEvent>,
+    },
     /// An escalation, queued (its id is what the plan returns).
     Escalation(EncodedEscalation),
     /// A between-step escalation's decision, carried into the run.

@@ -1,57 +1,23 @@
 //! The human queue on PostgreSQL: escalations a run raises, and people's decisions.
 
-use crate::store::rows::{escalation_columns};
 use super::conn::PgStore;
 use super::rows::escalation_row;
-use super::write::{
-    check_lease, encode_escalation, encode_events, insert_escalation, insert_events,
-};
-use crate::records::{EscalationId, EscalationRow, Resolution, RunId, RunStatus};
+use super::write::check_lease;
+use crate::records::{EscalationId, EscalationRow, Resolution, RunId};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewEscalation;
 use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
+use crate::store::rows::escalation_columns;
 
 impl PgStore {
-    pub fn create_escalation(
-        &self,
-        lease: &Lease,
-        new: &NewEscalation<'_>,
-        pause_as: Option<RunStatus>,
-        events: &[TraceEvent],
-    ) -> Result<EscalationId> {
-        let lease = lease.clone();
-        let esc = encode_escalation(new);
-        let blocked = match (new.kind().blocks_a_call(), new.detail.facts.call_id()) {
-            (true, Some(call)) => Some(call.as_str().to_string()),
-            _ => None,
-        };
-        let events = encode_events(&lease.run, events)?;
-        self.write(move |tx| {
-            check_lease(tx, &lease)?;
-            let id = insert_escalation(tx, &lease.run, &esc)?;
-            if let Some(status) = pause_as {
-                tx.exec(
-                    "UPDATE runs SET status = $2, updated_at = $3 WHERE id = $1",
-                    &[&lease.run.0, &status.as_str(), &now_ms()],
-                )?;
-            }
-            if let Some(call) = &blocked {
-                tx.exec(
-                    "UPDATE tool_calls SET started = false WHERE run_id = $1 AND step = $2 AND call_id = $3",
-                    &[&lease.run.0, &esc.step, call],
-                )?;
-            }
-            insert_events(tx, &lease.run, esc.step, &events)?;
-            Ok(id)
-        })
-    }
-
     pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", escalation_columns!(), " FROM escalations WHERE id = $1"),
+                concat!(
+                    "SELECT ",
+                    escalation_columns!(),
+                    " FROM escalations WHERE id = $1"
+                ),
                 &[&id.0],
             )
         })?;
@@ -64,8 +30,12 @@ impl PgStore {
     pub fn list_escalations(&self, all: bool) -> Result<Vec<EscalationRow>> {
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", escalation_columns!(), " FROM escalations
-                 WHERE ($1 OR status = 'open') ORDER BY id DESC"),
+                concat!(
+                    "SELECT ",
+                    escalation_columns!(),
+                    " FROM escalations
+                 WHERE ($1 OR status = 'open') ORDER BY id DESC"
+                ),
                 &[&all],
             )
         })?;
@@ -76,8 +46,12 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", escalation_columns!(), " FROM escalations
-                 WHERE run_id = $1 ORDER BY id"),
+                concat!(
+                    "SELECT ",
+                    escalation_columns!(),
+                    " FROM escalations
+                 WHERE run_id = $1 ORDER BY id"
+                ),
                 &[&id.0],
             )
         })?;

@@ -1,60 +1,15 @@
-//! The transcript and the journal inside a step, on PostgreSQL: the same writes as
-//! SQLite's (see its `journal` module doc for what each costs and what a crash can
-//! cost), and readers that page through a run so memory stays flat.
+//! The transcript, the tool-call journal and the trace on PostgreSQL: the readers,
+//! which page through a run so memory stays flat (the writes are plans,
+//! `store/writes.rs`).
 
-use crate::store::rows::{event_columns, journal_columns, message_columns};
 use super::conn::{PAGE, PgStore};
 use super::rows::{corrupt, event_row, journal_row, message_row};
-use super::write::{
-    check_lease, encode_escalation, encode_events, encode_messages, insert_escalation,
-    insert_events, insert_messages, keep_step_state, update_call,
-};
-use crate::model::{Message, ModelResponse};
-use crate::records::{
-    CallRecord, EscalationId, JournalEntry, RunId, RunStatus, StoredEvent, StoredMessage,
-};
-use crate::store::durability::{Durability, now_ms};
+use crate::model::ModelResponse;
+use crate::records::{JournalEntry, RunId, StoredEvent, StoredMessage};
 use crate::store::error::{Result, StoreError};
-use crate::store::input::StepCommit;
-use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
+use crate::store::rows::{event_columns, journal_columns, message_columns};
 
 impl PgStore {
-    pub fn record_model_turn(
-        &self,
-        lease: &Lease,
-        step: u32,
-        response: &ModelResponse,
-        events: &[TraceEvent],
-    ) -> Result<()> {
-        let json = serde_json::to_string(response).map_err(|e| corrupt(&lease.run, e))?;
-        let calls: Vec<(String, String, String)> = response
-            .message
-            .tool_calls()
-            .iter()
-            .map(|c| (c.id.clone(), c.name.clone(), c.args.to_string()))
-            .collect();
-        let events = encode_events(&lease.run, events)?;
-        let lease = lease.clone();
-        let step = i64::from(step);
-        self.write_as(Durability::Process, move |tx| {
-            check_lease(tx, &lease)?;
-            tx.exec(
-                "INSERT INTO model_turns (run_id, step, response) VALUES ($1, $2, $3)
-                 ON CONFLICT (run_id, step) DO UPDATE SET response = EXCLUDED.response",
-                &[&lease.run.0, &step, &json],
-            )?;
-            for (i, (call_id, tool, args)) in calls.iter().enumerate() {
-                tx.exec(
-                    "INSERT INTO tool_calls (run_id, call_id, step, idx, tool, args, status)
-                     VALUES ($1, $2, $3, $4, $5, $6, 'pending') ON CONFLICT DO NOTHING",
-                    &[&lease.run.0, call_id, &step, &(i as i64), tool, args],
-                )?;
-            }
-            insert_events(tx, &lease.run, step, &events)
-        })
-    }
-
     pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
         let id = run.clone();
         let text: Option<String> = self.read(move |r| {
@@ -66,156 +21,6 @@ impl PgStore {
         })?;
         text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(run, e)))
             .transpose()
-    }
-
-    pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
-        let lease = lease.clone();
-        let call_id = call_id.to_string();
-        self.write(move |tx| {
-            check_lease(tx, &lease)?;
-            tx.exec(
-                "UPDATE tool_calls SET started = true WHERE run_id = $1 AND step = $2 AND call_id = $3",
-                &[&lease.run.0, &i64::from(step), &call_id],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub fn record_outcome(
-        &self,
-        lease: &Lease,
-        step: u32,
-        record: &CallRecord,
-        events: &[TraceEvent],
-    ) -> Result<()> {
-        let events = encode_events(&lease.run, events)?;
-        let record = record.clone();
-        let lease = lease.clone();
-        self.write_as(Durability::Process, move |tx| {
-            check_lease(tx, &lease)?;
-            update_call(tx, &lease.run, i64::from(step), &record)?;
-            insert_events(tx, &lease.run, i64::from(step), &events)
-        })
-    }
-
-    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>> {
-        let lease = lease.clone();
-        let step = i64::from(c.step);
-        let messages = encode_messages(&lease.run, c.messages)?;
-        let state = c.state.to_string();
-        let (input, output) = (c.input_tokens as i64, c.output_tokens as i64);
-        let run_status = c.status;
-        let cost = c.cost_usd;
-        let status = c.status.as_str();
-        let answer = c.answer.map(str::to_string);
-        let error = c.error.map(str::to_string);
-        let outcome = c.outcome.cloned();
-        let events = encode_events(&lease.run, c.events)?;
-        let escalation = c.escalation.map(encode_escalation);
-        self.write(move |tx| {
-            check_lease(tx, &lease)?;
-            if let Some(record) = &outcome {
-                update_call(tx, &lease.run, step, record)?;
-            }
-            let last: i64 = tx
-                .one(
-                    "SELECT last_seq FROM checkpoints WHERE run_id = $1",
-                    &[&lease.run.0],
-                )?
-                .get(0);
-            insert_messages(tx, &lease.run, last + 1, step, &messages)?;
-            tx.exec(
-                "UPDATE checkpoints SET step = $2, last_seq = $3, state = $4 WHERE run_id = $1",
-                &[&lease.run.0, &step, &(last + messages.len() as i64), &state],
-            )?;
-            keep_step_state(tx, &lease.run, step, last + messages.len() as i64, &state)?;
-            tx.exec(
-                "UPDATE runs SET steps = $2, input_tokens = $3, output_tokens = $4, status = $5,
-                    answer = $6, error = $7, updated_at = $8, cost_usd = $9 WHERE id = $1",
-                &[
-                    &lease.run.0,
-                    &step,
-                    &input,
-                    &output,
-                    &status,
-                    &answer,
-                    &error,
-                    &now_ms(),
-                    &cost,
-                ],
-            )?;
-            let ended = answer.as_deref().or(error.as_deref());
-            super::outbox::record_if_ended(tx, &lease.run, run_status, ended)?;
-            tx.exec(
-                "DELETE FROM model_turns WHERE run_id = $1 AND step = $2",
-                &[&lease.run.0, &step],
-            )?;
-            insert_events(tx, &lease.run, step, &events)?;
-            let escalation = match &escalation {
-                Some(e) => Some(insert_escalation(tx, &lease.run, e)?),
-                None => None,
-            };
-            crate::fault::point("inside_commit");
-            Ok(escalation)
-        })
-    }
-
-    pub fn apply_resolution(
-        &self,
-        lease: &Lease,
-        escalation: i64,
-        step: u32,
-        messages: &[Message],
-        state: &str,
-        status: Option<(RunStatus, &str)>,
-    ) -> Result<()> {
-        let lease = lease.clone();
-        let messages = encode_messages(&lease.run, messages)?;
-        let state = state.to_string();
-        let ended = status.map(|(s, r)| (s, r.to_string()));
-        let status = status.map(|(s, r)| (s.as_str(), r.to_string()));
-        self.write(move |tx| {
-            check_lease(tx, &lease)?;
-            let last: i64 = tx
-                .one(
-                    "SELECT last_seq FROM checkpoints WHERE run_id = $1",
-                    &[&lease.run.0],
-                )?
-                .get(0);
-            insert_messages(tx, &lease.run, last + 1, i64::from(step), &messages)?;
-            tx.exec(
-                "UPDATE checkpoints SET last_seq = $2, state = $3 WHERE run_id = $1",
-                &[&lease.run.0, &(last + messages.len() as i64), &state],
-            )?;
-            let now_last = last + messages.len() as i64;
-            keep_step_state(tx, &lease.run, i64::from(step), now_last, &state)?;
-            if let Some((status, reason)) = &status {
-                tx.exec(
-                    "UPDATE runs SET status = $2, error = $3, updated_at = $4 WHERE id = $1",
-                    &[&lease.run.0, status, reason, &now_ms()],
-                )?;
-            }
-            if let Some((st, reason)) = &ended {
-                super::outbox::record_if_ended(tx, &lease.run, *st, Some(reason))?;
-            }
-            tx.exec(
-                "UPDATE escalations SET applied = true WHERE id = $1",
-                &[&escalation],
-            )?;
-            Ok(())
-        })
-    }
-
-    pub fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let events = encode_events(&lease.run, events)?;
-        let lease = lease.clone();
-        self.write(move |tx| {
-            check_lease(tx, &lease)?;
-            insert_events(tx, &lease.run, i64::from(step), &events)
-        })
     }
 
     pub fn checkpoint(&self, run: &RunId) -> Result<(u32, String)> {
@@ -235,7 +40,11 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = $1 ORDER BY seq"),
+                concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE run_id = $1 ORDER BY seq"
+                ),
                 &[&id.0],
             )
         })?;
@@ -272,8 +81,12 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", message_columns!(), " FROM messages
-                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"),
+                concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages
+                 WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+                ),
                 &[&id.0, &after, &i64::from(limit)],
             )
         })?;
@@ -289,8 +102,12 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", event_columns!(), ", id FROM events
-                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"),
+                concat!(
+                    "SELECT ",
+                    event_columns!(),
+                    ", id FROM events
+                 WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+                ),
                 &[&id.0, &after, &i64::from(limit)],
             )
         })?;
@@ -304,8 +121,12 @@ impl PgStore {
         let from = i64::from(from);
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", message_columns!(), " FROM messages
-                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq"),
+                concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages
+                 WHERE run_id = $1 AND (step = 0 OR step >= $2) ORDER BY seq"
+                ),
                 &[&id.0, &from],
             )
         })?;
@@ -366,7 +187,11 @@ impl PgStore {
         let step = i64::from(step);
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = $1 AND step = $2 ORDER BY id"),
+                concat!(
+                    "SELECT ",
+                    event_columns!(),
+                    " FROM events WHERE run_id = $1 AND step = $2 ORDER BY id"
+                ),
                 &[&id.0, &step],
             )
         })?;
@@ -377,7 +202,11 @@ impl PgStore {
         let id = run.clone();
         let rows = self.read(move |r| {
             r.query(
-                concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = $1 ORDER BY id"),
+                concat!(
+                    "SELECT ",
+                    event_columns!(),
+                    " FROM events WHERE run_id = $1 ORDER BY id"
+                ),
                 &[&id.0],
             )
         })?;

@@ -44,9 +44,11 @@
 //! Module map (imports go downwards only): `url` (what messages show of a connection
 //! string), `conninfo` and `tls` (where and how to connect), `migrations`, `pool` (the
 //! bounded pool, generic over its slots), `conn` (the connection threads, the
-//! process's pools, transactions, migrating on open), `write` and `rows` (the writes
-//! and row readers the tables share), then `runs`, `queue`, `journal`, `escalations`,
-//! `cancel`, `admin` and `check`, each adding its methods to [`PgStore`].
+//! process's pools, transactions, migrating on open), `write` (the inserts and the lease
+//! check the tables share), `rows` (PostgreSQL's rows for the shared readers of
+//! `store/rows.rs`), `plan` (a `store/plan.rs` plan as PostgreSQL's SQL), then `runs`,
+//! `queue`, `journal`, `escalations`, `outbox`, `cancel`, `operate` (fork, sent
+//! messages), `admin` and `check`, each adding its methods to [`PgStore`].
 
 mod admin;
 mod cancel;
@@ -58,6 +60,7 @@ mod journal;
 mod migrations;
 mod operate;
 mod outbox;
+mod plan;
 mod pool;
 mod queue;
 mod rows;

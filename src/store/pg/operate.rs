@@ -2,13 +2,14 @@
 //! SQLite's `store/fork.rs` and `store/sent.rs`, whose module docs give the rules.
 
 use super::conn::{PgStore, Tx};
-use super::write::{check_lease, encode_messages, insert_messages, insert_scripts};
+use super::write::{check_lease, insert_messages, insert_scripts};
 use crate::model::Message;
 use crate::records::{Delivery, RunId, SentMessage};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
 use crate::store::fork::{ForkPoint, ForkRun, Forked, check_accepts, not_started_reason};
 use crate::store::lease::Lease;
+use crate::store::plan::encode_messages;
 use tokio_postgres::Row;
 
 impl PgStore {

@@ -2,48 +2,13 @@
 //! on many machines claim at once, each skipping rows another is claiming.
 
 use super::conn::PgStore;
-use super::write::{encode_messages, insert_messages, insert_scripts, keep_step_state};
 use crate::records::RunId;
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
-use crate::store::input::NewRun;
 use crate::store::lease::Lease;
 use std::time::Duration;
 
 impl PgStore {
-    pub fn submit_run(&self, new: &NewRun<'_>) -> Result<()> {
-        let now = now_ms();
-        let id = new.id.clone();
-        let task = new.task.to_string();
-        let task_path = new.task_path.to_string();
-        let snapshot = new.snapshot.to_string();
-        let scripts = new.scripts.clone();
-        let (max_steps, max_tokens) = (i64::from(new.max_steps), new.max_tokens as i64);
-        let messages = encode_messages(&id, new.messages)?;
-        let state = new.state.to_string();
-        self.write(move |tx| {
-            tx.exec(
-                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
-                    lease_token, queue, created_at, updated_at)
-                 VALUES ($1, $2, $3, 'queued', $4, $5, 0, true, $6, $6)",
-                &[&id.0, &task, &task_path, &max_steps, &max_tokens, &now],
-            )?;
-            tx.exec(
-                "INSERT INTO run_snapshots (run_id, snapshot) VALUES ($1, $2)",
-                &[&id.0, &snapshot],
-            )?;
-            insert_scripts(tx, &id, &scripts)?;
-            insert_messages(tx, &id, 0, 0, &messages)?;
-            let last = messages.len() as i64 - 1;
-            tx.exec(
-                "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES ($1, 0, $2, $3)",
-                &[&id.0, &last, &state],
-            )?;
-            keep_step_state(tx, &id, 0, last, &state)?;
-            Ok(())
-        })
-    }
-
     /// See `SqliteStore::claim`; here `FOR UPDATE SKIP LOCKED` lets many workers on
     /// many machines claim at once, each skipping rows another is claiming.
     pub fn claim(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>> {

@@ -1,12 +1,11 @@
 //! PostgreSQL's rows as [`Cols`], for the shared readers of `store/rows.rs`.
 
 use super::conn::pg;
-pub(super) use crate::store::rows::{
-    corrupt, escalation_row, event_row, journal_row, message_row,
-    run_columns, run_row,
-};
 use crate::store::error::Result;
 use crate::store::rows::Cols;
+pub(super) use crate::store::rows::{
+    corrupt, escalation_row, event_row, journal_row, message_row, run_columns, run_row,
+};
 use tokio_postgres::Row;
 
 impl Cols for Row {

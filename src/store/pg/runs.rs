@@ -2,56 +2,14 @@
 
 use super::conn::PgStore;
 use super::rows::{run_columns, run_row};
-use super::write::{
-    check_lease, encode_messages, insert_messages, insert_scripts, keep_step_state,
-};
-use crate::records::{ParentLink, RunId, RunRow, RunStatus};
+use super::write::check_lease;
+use crate::records::{RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewRun;
 use crate::store::lease::{Lease, process_alive};
 use std::collections::BTreeMap;
 
 impl PgStore {
-    pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
-        let now = now_ms();
-        let pid = std::process::id() as i64;
-        let host = self.host.clone();
-        let id = new.id.clone();
-        let task = new.task.to_string();
-        let task_path = new.task_path.to_string();
-        let snapshot = new.snapshot.to_string();
-        let scripts = new.scripts.clone();
-        let (max_steps, max_tokens) = (i64::from(new.max_steps), new.max_tokens as i64);
-        let messages = encode_messages(&id, new.messages)?;
-        let state = new.state.to_string();
-        self.write(move |tx| {
-            tx.exec(
-                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
-                    lease_pid, lease_host, lease_token, lease_heartbeat, lease_since, created_at, updated_at)
-                 VALUES ($1, $2, $3, 'running', $4, $5, $6, $7, 1, $8, $8, $8, $8)",
-                &[&id.0, &task, &task_path, &max_steps, &max_tokens, &pid, &host, &now],
-            )?;
-            tx.exec(
-                "INSERT INTO run_snapshots (run_id, snapshot) VALUES ($1, $2)",
-                &[&id.0, &snapshot],
-            )?;
-            insert_scripts(tx, &id, &scripts)?;
-            insert_messages(tx, &id, 0, 0, &messages)?;
-            let last = messages.len() as i64 - 1;
-            tx.exec(
-                "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES ($1, 0, $2, $3)",
-                &[&id.0, &last, &state],
-            )?;
-            keep_step_state(tx, &id, 0, last, &state)?;
-            Ok(())
-        })?;
-        Ok(Lease {
-            run: new.id.clone(),
-            token: 1,
-        })
-    }
-
     pub fn acquire(&self, id: &RunId) -> Result<Lease> {
         let now = now_ms();
         let me = std::process::id() as i64;
@@ -234,32 +192,6 @@ impl PgStore {
                 matches: ids.join(", "),
             }),
         }
-    }
-
-    /// Creates a child run (issue 26), already leased to this process: a run with its
-    /// parent and the parent call's idempotency key, which the unique index
-    /// `runs_child_key` keeps to one run.
-    pub fn create_child_run(
-        &self,
-        new: &NewRun<'_>,
-        parent: &ParentLink,
-        key: &str,
-    ) -> Result<Lease> {
-        let lease = self.create_run(new)?;
-        let (id, run, call, key) = (
-            new.id.0.clone(),
-            parent.run.0.clone(),
-            parent.call.clone(),
-            key.to_string(),
-        );
-        self.write(move |tx| {
-            tx.exec(
-                "UPDATE runs SET parent_run = $2, parent_call = $3, child_key = $4 WHERE id = $1",
-                &[&id, &run, &call, &key],
-            )?;
-            Ok(())
-        })?;
-        Ok(lease)
     }
 
     /// The child run started by the call with idempotency key `key`, if any.

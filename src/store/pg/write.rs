@@ -1,17 +1,13 @@
 //! The writes every PostgreSQL table shares, inside a caller's transaction on the
 //! connection thread: the lease check (fencing), and the inserts of messages, scripts,
-//! trace events, call outcomes and escalations — with their owned encodings, made on
-//! the caller's thread because a job must own what it sends to the connection thread.
+//! trace events, call outcomes and escalations, from the encodings of `store/plan.rs`.
 
 use super::conn::Tx;
-use super::rows::corrupt;
-use crate::model::Message;
 use crate::records::{CallRecord, EscalationId, RunId};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewEscalation;
 use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
+use crate::store::plan::{Encoded, EncodedEscalation, EncodedEvent};
 use std::collections::BTreeMap;
 
 /// Fails with `LeaseLost` unless `lease` is still the run's current lease; refreshes
@@ -25,17 +21,6 @@ pub(super) fn check_lease(tx: &mut Tx<'_>, lease: &Lease) -> Result<()> {
         return Err(StoreError::LeaseLost(lease.run.clone()));
     }
     Ok(())
-}
-/// A message as stored: role and content JSON.
-pub(super) type Encoded = (&'static str, String);
-pub(super) fn encode_messages(run: &RunId, messages: &[Message]) -> Result<Vec<Encoded>> {
-    messages
-        .iter()
-        .map(|m| {
-            let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
-            Ok((m.role.as_str(), content))
-        })
-        .collect()
 }
 pub(super) fn insert_scripts(
     tx: &mut Tx<'_>,
@@ -64,18 +49,6 @@ pub(super) fn insert_messages(
         )?;
     }
     Ok(())
-}
-/// An event as stored: kind, data JSON, time.
-pub(super) type EncodedEvent = (&'static str, String, i64);
-pub(super) fn encode_events(run: &RunId, events: &[TraceEvent]) -> Result<Vec<EncodedEvent>> {
-    let now = now_ms();
-    events
-        .iter()
-        .map(|e| {
-            let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
-            Ok((e.kind(), data, e.at_ms().unwrap_or(now)))
-        })
-        .collect()
 }
 pub(super) fn insert_events(
     tx: &mut Tx<'_>,
@@ -107,21 +80,6 @@ pub(super) fn update_call(tx: &mut Tx<'_>, run: &RunId, step: i64, r: &CallRecor
         ],
     )?;
     Ok(())
-}
-/// An escalation to insert, owned (it crosses to the connection thread).
-pub(super) struct EncodedEscalation {
-    pub(super) step: i64,
-    pub(super) kind: &'static str,
-    pub(super) summary: String,
-    pub(super) detail: String,
-}
-pub(super) fn encode_escalation(new: &NewEscalation<'_>) -> EncodedEscalation {
-    EncodedEscalation {
-        step: i64::from(new.step),
-        kind: new.kind().as_str(),
-        summary: new.summary.to_string(),
-        detail: new.detail.to_json().to_string(),
-    }
 }
 pub(super) fn insert_escalation(
     tx: &mut Tx<'_>,

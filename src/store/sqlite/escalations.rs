@@ -2,46 +2,14 @@
 
 use super::conn::SqliteStore;
 use super::rows::{ESCALATION_COLUMNS, escalation_row};
-use super::write::{check_lease, insert_escalation, insert_events};
-use crate::records::{EscalationId, EscalationRow, Resolution, RunId, RunStatus};
+use super::write::check_lease;
+use crate::records::{EscalationId, EscalationRow, Resolution, RunId};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewEscalation;
 use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
 use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
-    /// Queues an escalation. When it pauses the run, the run's status becomes
-    /// `pause_as` in the same commit; a blocked call's start mark is cleared, since the
-    /// call did not run (it waits for the decision).
-    pub fn create_escalation(
-        &self,
-        lease: &Lease,
-        new: &NewEscalation<'_>,
-        pause_as: Option<RunStatus>,
-        events: &[TraceEvent],
-    ) -> Result<EscalationId> {
-        self.write(|tx| {
-            check_lease(tx, lease)?;
-            let id = insert_escalation(tx, &lease.run, new)?;
-            if let Some(status) = pause_as {
-                tx.execute(
-                    "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
-                    params![lease.run.0, status.as_str(), now_ms()],
-                )?;
-            }
-            if let (true, Some(call)) = (new.kind().blocks_a_call(), new.detail.facts.call_id()) {
-                tx.execute(
-                    "UPDATE tool_calls SET started = 0 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
-                    params![lease.run.0, new.step, call.as_str()],
-                )?;
-            }
-            insert_events(tx, &lease.run, new.step, events)?;
-            Ok(id)
-        })
-    }
-
     pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
         let conn = self.lock();
         conn.query_row(

@@ -1,94 +1,16 @@
-//! The transcript and the journal inside a step.
-//!
-//! A step is written in at most a few transactions:
-//! 1. the model's response, as soon as it arrives, with one journal row per tool call
-//!    (`pending`) — a finished model call is never paid for twice;
-//! 2. before a non-idempotent call runs, its row is marked started (after a crash, a
-//!    started call without an outcome may have had its effect, so it is never re-run;
-//!    an idempotent call needs no mark: it may simply run again);
-//! 3. each call's outcome as it finishes — except an idempotent last call's, which
-//!    rides in (a lost commit just runs that call again)
-//! 4. the step commit: the step's messages, the loop state and the run's counters.
-//!
-//! **What each write costs, and what a power cut can cost (issue 14).** Only (2) and
-//! (4) are fsynced ([`Durability::PowerCut`]); (1) and (3) are
-//! [`Durability::Process`]: they survive a killed process at once, and a power cut
-//! as soon as the next fsynced commit returns (see the module doc of `store`). So a
-//! step with idempotent calls costs one fsync (the step commit), a step with
-//! non-idempotent calls one more per such call (its started mark, which also makes
-//! the response journaled before it durable), and a final-answer step one.
-//!
-//! A killed process loses nothing that was committed. A power cut (or an OS crash)
-//! rolls the database back to its last fsynced commit, which can cost, for the one
-//! step that was in flight:
-//! - its model turn, asked again (and paid again) on resume — at most one turn;
-//! - its idempotent calls' outcomes: they run again, with the same
-//!   `AGENTRUN_CALL_ID` (what `idempotent = true` allows);
-//! - the outcome of a non-idempotent call that finished after its started mark: the
-//!   mark is durable (fsynced before the call ran), so the call is *not* run again;
-//!   it is handled as `outcome_unknown` (escalated, or told to the model), exactly as
-//!   after a crash while it ran;
-//! - its trace events.
-//!
-//! It never costs a committed step, and never repeats a non-idempotent call.
+//! The transcript, the tool-call journal and the trace on SQLite: the readers (the
+//! writes inside a step are plans, `store/writes.rs`, which says what each costs and
+//! what a crash can cost).
 
-use crate::store::rows::{event_columns, journal_columns, message_columns};
 use super::conn::SqliteStore;
 use super::rows::{corrupt, db, event_row, journal_row, message_row};
-use super::write::{
-    check_lease, holds_lease, insert_escalation, insert_events, insert_messages, keep_step_state,
-    update_call,
-};
-use crate::model::{Message, ModelResponse};
-use crate::records::{
-    CallRecord, EscalationId, JournalEntry, RunId, RunStatus, StoredEvent, StoredMessage,
-};
-use crate::store::durability::{Durability, now_ms};
+use crate::model::ModelResponse;
+use crate::records::{JournalEntry, RunId, StoredEvent, StoredMessage};
 use crate::store::error::{Result, StoreError};
-use crate::store::input::StepCommit;
-use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
+use crate::store::rows::{event_columns, journal_columns, message_columns};
 use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
-    /// Journals a model response for `step` with its tool calls as pending rows.
-    /// Not fsynced ([`Durability::Process`]): the step commit, or an earlier started
-    /// mark, makes it durable against a power cut.
-    pub fn record_model_turn(
-        &self,
-        lease: &Lease,
-        step: u32,
-        response: &ModelResponse,
-        events: &[TraceEvent],
-    ) -> Result<()> {
-        let json = serde_json::to_string(response).map_err(|e| corrupt(&lease.run, e))?;
-        self.write_as(Durability::Process, |tx| {
-            // Fenced like every write, but the heartbeat is left to the step commit
-            // that follows (and the heartbeat task): not rewriting the run's row here
-            // saves a page in this transaction (issue 14).
-            holds_lease(tx, lease)?;
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO model_turns (run_id, step, response) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![lease.run.0, step, json])?;
-            let mut insert = tx.prepare_cached(
-                "INSERT OR IGNORE INTO tool_calls (run_id, call_id, step, idx, tool, args, status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'pending')",
-            )?;
-            for (i, call) in response.message.tool_calls().iter().enumerate() {
-                insert.execute(params![
-                    lease.run.0,
-                    call.id,
-                    step,
-                    i as i64,
-                    call.name,
-                    call.args.to_string(),
-                ])?;
-            }
-            insert_events(tx, &lease.run, step, events)
-        })
-    }
-
     /// The journaled model response for `step`, if the step was begun but not committed.
     pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
         let conn = self.lock();
@@ -99,151 +21,6 @@ impl SqliteStore {
             .optional()?;
         text.map(|t| serde_json::from_str(&t).map_err(|e| corrupt(run, e)))
             .transpose()
-    }
-
-    /// Marks a call as begun, durably ([`Durability::PowerCut`]): it returns only once
-    /// the mark (and everything journaled before it) survives a power cut, so a call
-    /// that may have had its effect is never taken for one that did not run.
-    pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
-        self.write(|tx| {
-            check_lease(tx, lease)?;
-            tx.prepare_cached(
-                "UPDATE tool_calls SET started = 1 WHERE run_id = ?1 AND step = ?2 AND call_id = ?3",
-            )?
-            .execute(params![lease.run.0, step, call_id])?;
-            Ok(())
-        })
-    }
-
-    pub fn record_outcome(
-        &self,
-        lease: &Lease,
-        step: u32,
-        record: &CallRecord,
-        events: &[TraceEvent],
-    ) -> Result<()> {
-        // Not fsynced: lost only to a power cut, after which an idempotent call runs
-        // again and a non-idempotent one (its started mark durable) is outcome_unknown.
-        self.write_as(Durability::Process, |tx| {
-            check_lease(tx, lease)?;
-            update_call(tx, &lease.run, step, record)?;
-            insert_events(tx, &lease.run, step, events)
-        })
-    }
-
-    /// Commits a finished step: its messages, the loop state and the run's counters,
-    /// and the escalation it raised (whose id is returned).
-    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>> {
-        self.write(|tx| {
-            // The run's counters, with the lease check and heartbeat of `check_lease`
-            // in the same statement (issue 14: one statement fewer a step). First, so a
-            // lost lease is what a fenced-off writer hears.
-            let now = now_ms();
-            let n = tx
-                .prepare_cached(
-                    "UPDATE runs SET steps = ?2, input_tokens = ?3, output_tokens = ?4, status = ?5,
-                        answer = ?6, error = ?7, updated_at = ?8, lease_heartbeat = ?8,
-                        cost_usd = ?10
-                     WHERE id = ?1 AND lease_token = ?9",
-                )?
-                .execute(params![
-                    lease.run.0,
-                    c.step,
-                    c.input_tokens as i64,
-                    c.output_tokens as i64,
-                    c.status.as_str(),
-                    c.answer,
-                    c.error,
-                    now,
-                    lease.token,
-                    c.cost_usd
-                ])?;
-            if n == 0 {
-                return Err(StoreError::LeaseLost(lease.run.clone()));
-            }
-            super::outbox::record_if_ended(tx, &lease.run, c.status, c.answer.or(c.error))?;
-            if let Some(record) = c.outcome {
-                update_call(tx, &lease.run, c.step, record)?;
-            }
-            // (`UPDATE … RETURNING last_seq` instead of the SELECT costs more: SQLite
-            // buffers RETURNING rows in a temporary table.)
-            let last: i64 = tx
-                .prepare_cached("SELECT last_seq FROM checkpoints WHERE run_id = ?1")?
-                .query_row([&lease.run.0], |r| r.get(0))?;
-            insert_messages(tx, &lease.run, last + 1, c.step, c.messages)?;
-            tx.prepare_cached(
-                "UPDATE checkpoints SET step = ?2, last_seq = ?3, state = ?4 WHERE run_id = ?1",
-            )?
-            .execute(params![
-                lease.run.0,
-                c.step,
-                last + c.messages.len() as i64,
-                c.state
-            ])?;
-            let now_last = last + c.messages.len() as i64;
-            keep_step_state(tx, &lease.run, c.step, now_last, c.state)?;
-            // The response is now part of the transcript; its journal copy is spent.
-            tx.prepare_cached("DELETE FROM model_turns WHERE run_id = ?1 AND step = ?2")?
-                .execute(params![lease.run.0, c.step])?;
-            insert_events(tx, &lease.run, c.step, c.events)?;
-            let escalation = match c.escalation {
-                Some(e) => Some(insert_escalation(tx, &lease.run, e)?),
-                None => None,
-            };
-            crate::fault::point("inside_commit");
-            Ok(escalation)
-        })
-    }
-
-    /// Appends messages between steps (a person's reply carried into the transcript)
-    /// with the new loop state, and marks the escalation that caused it as applied.
-    pub fn apply_resolution(
-        &self,
-        lease: &Lease,
-        escalation: i64,
-        step: u32,
-        messages: &[Message],
-        state: &str,
-        status: Option<(RunStatus, &str)>,
-    ) -> Result<()> {
-        self.write(|tx| {
-            check_lease(tx, lease)?;
-            let last: i64 = tx
-                .prepare_cached("SELECT last_seq FROM checkpoints WHERE run_id = ?1")?
-                .query_row([&lease.run.0], |r| r.get(0))?;
-            insert_messages(tx, &lease.run, last + 1, step, messages)?;
-            tx.prepare_cached(
-                "UPDATE checkpoints SET last_seq = ?2, state = ?3 WHERE run_id = ?1",
-            )?
-            .execute(params![lease.run.0, last + messages.len() as i64, state])?;
-            keep_step_state(tx, &lease.run, step, last + messages.len() as i64, state)?;
-            if let Some((status, reason)) = status {
-                tx.prepare_cached(
-                    "UPDATE runs SET status = ?2, error = ?3, updated_at = ?4 WHERE id = ?1",
-                )?
-                .execute(params![
-                    lease.run.0,
-                    status.as_str(),
-                    reason,
-                    now_ms()
-                ])?;
-                super::outbox::record_if_ended(tx, &lease.run, status, Some(reason))?;
-            }
-            tx.prepare_cached("UPDATE escalations SET applied = 1 WHERE id = ?1")?
-                .execute([escalation])?;
-            Ok(())
-        })
-    }
-
-    /// Appends trace events outside a step commit (e.g. while pausing).
-    pub fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        self.write(|tx| {
-            check_lease(tx, lease)?;
-            insert_events(tx, &lease.run, step, events)
-        })
     }
 
     /// The last committed step and loop state JSON.
@@ -277,9 +54,11 @@ impl SqliteStore {
         mut f: impl FnMut(StoredMessage) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
-        let mut stmt = db(conn.prepare_cached(
-            concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = ?1 ORDER BY seq"),
-        ))?;
+        let mut stmt = db(conn.prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE run_id = ?1 ORDER BY seq"
+        )))?;
         let mut rows = db(stmt.query([&run.0]))?;
         while let Some(r) = db(rows.next())? {
             f(message_row(run, r)?)?;
@@ -294,9 +73,11 @@ impl SqliteStore {
     pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
         let conn = self.lock();
         let mut out = Vec::new();
-        let mut head = conn.prepare_cached(
-            concat!("SELECT ", message_columns!(), " FROM messages WHERE run_id = ?1 ORDER BY seq"),
-        )?;
+        let mut head = conn.prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE run_id = ?1 ORDER BY seq"
+        ))?;
         let mut rows = head.query([&run.0])?;
         while let Some(r) = rows.next()? {
             let m = message_row(run, r)?;
@@ -307,10 +88,12 @@ impl SqliteStore {
         }
         drop(rows);
         let opening = out.last().map_or(i64::MIN, |m| m.seq);
-        let mut tail = conn.prepare_cached(
-            concat!("SELECT ", message_columns!(), " FROM messages
-             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq DESC"),
-        )?;
+        let mut tail = conn.prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq DESC"
+        ))?;
         let mut rows = tail.query(params![run.0, opening])?;
         let mut since = Vec::new();
         while let Some(r) = rows.next()? {
@@ -333,10 +116,12 @@ impl SqliteStore {
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            concat!("SELECT ", message_columns!(), " FROM messages
-             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"),
-        )?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages
+             WHERE run_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+        ))?;
         let mut rows = stmt.query(params![run.0, after, limit])?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
@@ -354,10 +139,12 @@ impl SqliteStore {
         limit: u32,
     ) -> Result<Vec<(i64, StoredEvent)>> {
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            concat!("SELECT ", event_columns!(), ", id FROM events
-             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"),
-        )?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT ",
+            event_columns!(),
+            ", id FROM events
+             WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"
+        ))?;
         let mut rows = stmt.query(params![run.0, after, limit])?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {
@@ -415,9 +202,11 @@ impl SqliteStore {
         mut f: impl FnMut(JournalEntry) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
-        let mut stmt = db(conn.prepare_cached(
-            concat!("SELECT ", journal_columns!(), " FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx"),
-        ))?;
+        let mut stmt = db(conn.prepare_cached(concat!(
+            "SELECT ",
+            journal_columns!(),
+            " FROM tool_calls WHERE run_id = ?1 AND step BETWEEN ?2 AND ?3 ORDER BY step, idx"
+        )))?;
         let mut rows = db(stmt.query(params![run.0, steps.start(), steps.end()]))?;
         while let Some(r) = db(rows.next())? {
             f(journal_row(run, r)?)?;
@@ -442,9 +231,11 @@ impl SqliteStore {
         mut f: impl FnMut(StoredEvent) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
         let conn = self.lock();
-        let mut stmt = db(
-            conn.prepare_cached(concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = ?1 ORDER BY id"))
-        )?;
+        let mut stmt = db(conn.prepare_cached(concat!(
+            "SELECT ",
+            event_columns!(),
+            " FROM events WHERE run_id = ?1 ORDER BY id"
+        )))?;
         let mut rows = db(stmt.query([&run.0]))?;
         while let Some(r) = db(rows.next())? {
             f(event_row(run, r)?)?;
@@ -458,9 +249,11 @@ impl SqliteStore {
     /// hooks' decisions for the step's calls (issue 26).
     pub fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>> {
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            concat!("SELECT ", event_columns!(), " FROM events WHERE run_id = ?1 AND step = ?2 ORDER BY id"),
-        )?;
+        let mut stmt = conn.prepare_cached(concat!(
+            "SELECT ",
+            event_columns!(),
+            " FROM events WHERE run_id = ?1 AND step = ?2 ORDER BY id"
+        ))?;
         let mut rows = stmt.query(params![run.0, step])?;
         let mut out = Vec::new();
         while let Some(r) = rows.next()? {

@@ -18,7 +18,7 @@
 //! a killed process at once (it is in the OS's page cache) and a power cut as soon as
 //! the next FULL commit returns; a power cut before that rolls back only a suffix of
 //! the journal, never a hole in it. What a power cut can then cost is listed in the
-//! module doc of `journal.rs` and in the README ("Durability").
+//! module doc of `store/writes.rs` and in the README ("Durability").
 //!
 //! Damaged storage is reported, never repaired or overwritten (issue 6): a file that is
 //! not SQLite, a damaged (e.g. truncated) one, a read-only one, or one another process
@@ -28,8 +28,10 @@
 //!
 //! Module map (imports go downwards only): `conn` (open, pragmas, the write
 //! transaction, migrating with `migrations`), `write` (the inserts and the lease check
-//! the tables share) and `rows` (row readers), then `runs`, `queue`, `journal`,
-//! `escalations`, `admin`, `fork` and `sent`, each adding its methods to [`SqliteStore`].
+//! the tables share), `rows` (SQLite's rows for the shared readers of `store/rows.rs`),
+//! `plan` (a `store/plan.rs` plan as SQLite's SQL), then `runs`, `queue`, `journal`,
+//! `escalations`, `outbox`, `cancel`, `admin`, `check`, `fork` and `sent`, each adding
+//! its methods to [`SqliteStore`].
 
 mod admin;
 mod cancel;
@@ -40,6 +42,7 @@ mod fork;
 mod journal;
 mod migrations;
 mod outbox;
+mod plan;
 mod queue;
 mod rows;
 mod runs;

@@ -15,7 +15,7 @@ use rusqlite::{Connection, params};
 
 impl SqliteStore {
     /// Runs `plan` in one transaction at `durability`; returns the escalation it queued.
-    pub(super) fn run_plan(
+    pub(crate) fn run_plan(
         &self,
         durability: Durability,
         plan: &Plan,

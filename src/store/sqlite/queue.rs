@@ -2,49 +2,13 @@
 //! time under `BEGIN IMMEDIATE`, handed back when a worker stops or a person decides.
 
 use super::conn::SqliteStore;
-use super::write::{insert_messages, insert_scripts, keep_step_state};
 use crate::records::RunId;
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
-use crate::store::input::NewRun;
 use crate::store::lease::Lease;
 use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
-    /// Queues a run for the workers (`agentrun submit`): like [`SqliteStore::create_run`]
-    /// but `queued`, held by nobody, and marked as the queue's (see [`SqliteStore::claim`]).
-    pub fn submit_run(&self, new: &NewRun<'_>) -> Result<()> {
-        let now = now_ms();
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
-                    lease_token, queue, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, 0, 1, ?6, ?6)",
-                params![
-                    new.id.0,
-                    new.task,
-                    new.task_path,
-                    new.max_steps,
-                    new.max_tokens as i64,
-                    now
-                ],
-            )?;
-            tx.execute(
-                "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
-                params![new.id.0, new.snapshot],
-            )?;
-            insert_scripts(tx, &new.id, new.scripts)?;
-            insert_messages(tx, &new.id, 0, 0, new.messages)?;
-            tx.execute(
-                "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
-                params![new.id.0, new.messages.len() as i64 - 1, new.state],
-            )?;
-            let last = new.messages.len() as i64 - 1;
-            keep_step_state(tx, &new.id, 0, last, new.state)?;
-            Ok(())
-        })
-    }
-
     /// Takes the oldest queue run that is `queued`, or `running` under a lease whose
     /// heartbeat is older than `ttl` (its worker died or hangs), for `worker`: the
     /// token goes up (fencing the old holder) and the run becomes `running`. Liveness

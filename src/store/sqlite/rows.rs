@@ -1,9 +1,9 @@
 //! SQLite's rows as [`Cols`], for the shared readers of `store/rows.rs`.
 
-pub(super) use crate::store::rows::{corrupt, event_row, journal_row, message_row};
 use crate::records::{EscalationRow, RunRow};
 use crate::store::error::Result;
 use crate::store::rows::{self, Cols, escalation_columns, run_columns};
+pub(super) use crate::store::rows::{corrupt, event_row, journal_row, message_row};
 use rusqlite::Row;
 
 pub(super) const RUN_COLUMNS: &str = run_columns!();

@@ -3,70 +3,15 @@
 
 use super::conn::SqliteStore;
 use super::rows::{RUN_COLUMNS, run_row};
-use super::write::{check_lease, insert_messages, insert_scripts, keep_step_state};
-use crate::records::{ParentLink, RunId, RunRow, RunStatus};
+use super::write::check_lease;
+use crate::records::{RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewRun;
 use crate::store::lease::{Lease, process_alive};
 use rusqlite::{OptionalExtension, params};
 use std::collections::BTreeMap;
 
 impl SqliteStore {
-    /// Creates a run, already leased to this process, with its opening messages.
-    pub fn create_run(&self, new: &NewRun<'_>) -> Result<Lease> {
-        self.create_run_with(new, None)
-    }
-
-    /// [`SqliteStore::create_run`], for a child run with its parent link and key.
-    fn create_run_with(
-        &self,
-        new: &NewRun<'_>,
-        parent: Option<(&ParentLink, &str)>,
-    ) -> Result<Lease> {
-        let now = now_ms();
-        let pid = std::process::id() as i64;
-        self.write(|tx| {
-            tx.execute(
-                "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens,
-                    lease_pid, lease_token, lease_heartbeat, lease_since, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, 1, ?7, ?7, ?7, ?7)",
-                params![
-                    new.id.0,
-                    new.task,
-                    new.task_path,
-                    new.max_steps,
-                    new.max_tokens as i64,
-                    pid,
-                    now
-                ],
-            )?;
-            if let Some((link, key)) = parent {
-                tx.execute(
-                    "UPDATE runs SET parent_run = ?2, parent_call = ?3, child_key = ?4 WHERE id = ?1",
-                    params![new.id.0, link.run.0, link.call, key],
-                )?;
-            }
-            tx.execute(
-                "INSERT INTO run_snapshots (run_id, snapshot) VALUES (?1, ?2)",
-                params![new.id.0, new.snapshot],
-            )?;
-            insert_scripts(tx, &new.id, new.scripts)?;
-            insert_messages(tx, &new.id, 0, 0, new.messages)?;
-            tx.execute(
-                "INSERT INTO checkpoints (run_id, step, last_seq, state) VALUES (?1, 0, ?2, ?3)",
-                params![new.id.0, new.messages.len() as i64 - 1, new.state],
-            )?;
-            let last = new.messages.len() as i64 - 1;
-            keep_step_state(tx, &new.id, 0, last, new.state)?;
-            Ok(())
-        })?;
-        Ok(Lease {
-            run: new.id.clone(),
-            token: 1,
-        })
-    }
-
     /// Takes the lease of a run for this process. Refused while another live process
     /// holds it; a holder that died (no such pid) or went silent is replaced at once.
     pub fn acquire(&self, id: &RunId) -> Result<Lease> {
@@ -234,19 +179,6 @@ impl SqliteStore {
                 matches: ids.join(", "),
             }),
         }
-    }
-
-    /// Creates a child run (issue 26), already leased to this process: a run with its
-    /// parent and the parent call's idempotency key, which the unique index
-    /// `runs_child_key` keeps to one run.
-    pub fn create_child_run(
-        &self,
-        new: &NewRun<'_>,
-        parent: &ParentLink,
-        key: &str,
-    ) -> Result<Lease> {
-        let lease = self.create_run_with(new, Some((parent, key)))?;
-        Ok(lease)
     }
 
     /// The child run started by the call with idempotency key `key`, if any.

@@ -16,6 +16,7 @@ use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
 use crate::store::fork::check_accepts;
 use crate::store::lease::Lease;
+use crate::store::plan::encode_messages;
 use rusqlite::{OptionalExtension, params};
 
 const SENT_COLUMNS: &str =
@@ -103,13 +104,8 @@ impl SqliteStore {
                     params![id, lease.run.0, step, last + 1],
                 )?;
                 if marked == 1 {
-                    insert_messages(
-                        tx,
-                        &lease.run,
-                        last + 1,
-                        step,
-                        std::slice::from_ref(message),
-                    )?;
+                    let encoded = encode_messages(&lease.run, std::slice::from_ref(message))?;
+                    insert_messages(tx, &lease.run, last + 1, i64::from(step), &encoded)?;
                     last += 1;
                 }
             }

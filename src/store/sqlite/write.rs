@@ -2,14 +2,11 @@
 //! check (fencing), and the inserts of messages, scripts, trace events, call outcomes
 //! and escalations. Below runs, queue, journal and escalations, which all use them.
 
-use super::rows::corrupt;
-use crate::model::Message;
 use crate::records::{CallRecord, EscalationId, RunId};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::input::NewEscalation;
 use crate::store::lease::Lease;
-use crate::trace::TraceEvent;
+use crate::store::plan::{Encoded, EncodedEscalation, EncodedEvent};
 use rusqlite::{Connection, params};
 use std::collections::BTreeMap;
 
@@ -53,25 +50,18 @@ pub(super) fn insert_messages(
     tx: &Connection,
     run: &RunId,
     first_seq: i64,
-    step: u32,
-    messages: &[Message],
+    step: i64,
+    messages: &[Encoded],
 ) -> Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO messages (run_id, seq, step, role, content) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    for (i, m) in messages.iter().enumerate() {
-        let content = serde_json::to_string(&m.content).map_err(|e| corrupt(run, e))?;
-        stmt.execute(params![
-            run.0,
-            first_seq + i as i64,
-            step,
-            m.role.as_str(),
-            content
-        ])?;
+    for (i, (role, content)) in messages.iter().enumerate() {
+        stmt.execute(params![run.0, first_seq + i as i64, step, role, content])?;
     }
     Ok(())
 }
-pub(super) fn update_call(tx: &Connection, run: &RunId, step: u32, r: &CallRecord) -> Result<()> {
+pub(super) fn update_call(tx: &Connection, run: &RunId, step: i64, r: &CallRecord) -> Result<()> {
     tx.prepare_cached(
         "UPDATE tool_calls SET status = ?3, started = 1, attempts = ?4, result = ?5, is_error = ?6, via = ?7
          WHERE run_id = ?1 AND call_id = ?2 AND step = ?8",
@@ -91,42 +81,26 @@ pub(super) fn update_call(tx: &Connection, run: &RunId, step: u32, r: &CallRecor
 pub(super) fn insert_events(
     tx: &Connection,
     run: &RunId,
-    step: u32,
-    events: &[TraceEvent],
+    step: i64,
+    events: &[EncodedEvent],
 ) -> Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO events (run_id, step, kind, data, at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
-    let now = now_ms();
-    for e in events {
-        let data = serde_json::to_string(e).map_err(|err| corrupt(run, err))?;
-        // An event that carries its own time was written later than it happened.
-        stmt.execute(params![
-            run.0,
-            step,
-            e.kind(),
-            data,
-            e.at_ms().unwrap_or(now)
-        ])?;
+    for (kind, data, at) in events {
+        stmt.execute(params![run.0, step, kind, data, at])?;
     }
     Ok(())
 }
 pub(super) fn insert_escalation(
     tx: &Connection,
     run: &RunId,
-    new: &NewEscalation<'_>,
+    e: &EncodedEscalation,
 ) -> Result<EscalationId> {
     tx.execute(
         "INSERT INTO escalations (run_id, step, kind, status, summary, detail, created_at)
          VALUES (?1, ?2, ?3, 'open', ?4, ?5, ?6)",
-        params![
-            run.0,
-            new.step,
-            new.kind().as_str(),
-            new.summary,
-            new.detail.to_json().to_string(),
-            now_ms()
-        ],
+        params![run.0, e.step, e.kind, e.summary, e.detail, now_ms()],
     )?;
     let id = tx.last_insert_rowid();
     super::outbox::record(
@@ -134,8 +108,8 @@ pub(super) fn insert_escalation(
         crate::config::types::NotifyEvent::EscalationFiled,
         run,
         Some(id),
-        new.kind().as_str(),
-        new.summary,
+        e.kind,
+        &e.summary,
     )?;
     Ok(EscalationId(id))
 }
@@ -146,7 +120,7 @@ pub(super) fn insert_escalation(
 pub(super) fn keep_step_state(
     tx: &Connection,
     run: &RunId,
-    step: u32,
+    step: i64,
     last_seq: i64,
     state: &str,
 ) -> Result<()> {
