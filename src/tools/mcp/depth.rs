@@ -7,7 +7,8 @@
 //! server passes through [`pump`] first: an answer nested deeper than [`MAX_DEPTH`] or
 //! longer than [`MAX_LINE`] is replaced by a JSON-RPC error for the same request id,
 //! which fails the call `tool_bug` at once. Other lines pass unchanged; the check is
-//! one pass over the bytes, without parsing.
+//! one pass over the bytes, without parsing, that skips through strings with `memchr`
+//! (docs/bench.md, "MCP line check", gives its cost next to the SDK's parse).
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
@@ -65,13 +66,11 @@ async fn read_line(from: &mut (impl AsyncBufReadExt + Unpin), line: &mut Vec<u8>
             // A last line without its newline is still delivered.
             return (scan.len > 0).then_some(scan);
         }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+        let (chunk, done) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..=i], true),
             None => (buf, false),
         };
-        for &b in chunk {
-            scan.push(b);
-        }
+        scan.extend(chunk);
         let room = MAX_LINE.saturating_sub(line.len());
         line.extend_from_slice(&chunk[..chunk.len().min(room)]);
         let used = chunk.len();
@@ -145,8 +144,29 @@ struct Scan {
 }
 
 impl Scan {
+    /// [`Scan::push`] for every byte of `bytes`, skipping through strings to the next
+    /// quote or backslash (most of a tool's answer is text).
+    fn extend(&mut self, bytes: &[u8]) {
+        self.len += bytes.len();
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.in_string && !self.escaped {
+                match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                    Some(j) => i += j,
+                    None => return,
+                }
+            }
+            self.step(bytes[i]);
+            i += 1;
+        }
+    }
+
     fn push(&mut self, b: u8) {
         self.len += 1;
+        self.step(b);
+    }
+
+    fn step(&mut self, b: u8) {
         if self.in_string {
             match (self.escaped, b) {
                 (true, _) => self.escaped = false,
@@ -231,6 +251,22 @@ mod tests {
             "{message}"
         );
         assert_eq!(rest, format!("{next}\n"));
+    }
+
+    #[test]
+    fn skipping_through_strings_counts_as_byte_by_byte_does() {
+        let text = br#"{"a":"x\\\"[{","b":[[{"c":"]]\\"}]],"d":"\\"}"#;
+        let mut one = Scan::default();
+        text.iter().for_each(|&b| one.push(b));
+        // Any split into two pieces, as reads may cut a line.
+        for cut in 0..=text.len() {
+            let mut two = Scan::default();
+            two.extend(&text[..cut]);
+            two.extend(&text[cut..]);
+            let state = |s: &Scan| (s.len, s.depth, s.max, s.in_string, s.escaped);
+            assert_eq!(state(&two), state(&one), "cut at {cut}");
+        }
+        assert_eq!((one.max, one.depth, one.in_string), (4, 0, false));
     }
 
     #[tokio::test]

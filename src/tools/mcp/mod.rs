@@ -23,7 +23,7 @@
 //! crash with backoff, and killed with their process group when the run's config is
 //! dropped.
 
-mod depth;
+pub mod depth;
 mod result;
 mod server;
 
