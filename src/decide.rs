@@ -140,8 +140,35 @@ pub fn decide(
     if let Resolution::Modify { args } = resolution {
         check_modified_args(store, &e, args)?;
     }
-    store.resolve_escalation(e.id, resolution, by.trim())?;
+    let resolution = redacted(store, &e, resolution)?;
+    store.resolve_escalation(e.id, &resolution, by.trim())?;
     Ok(e)
+}
+
+/// The person's text in `resolution` with the secrets the run's config knows
+/// replaced, as everything else stored for the run is (DESIGN §5).
+fn redacted(
+    store: &Store,
+    e: &EscalationRow,
+    resolution: &Resolution,
+) -> Result<Resolution, DecideError> {
+    let snapshot = crate::runner::worker::stored_snapshot(store, &e.run_id)
+        .map_err(|err| DecideError::Snapshot(err.to_string()))?;
+    let secrets = crate::runner::secrets::known(&snapshot);
+    Ok(match resolution {
+        Resolution::Approve => Resolution::Approve,
+        Resolution::Deny { reason } => Resolution::Deny {
+            reason: secrets.text(reason),
+        },
+        Resolution::Reply { text } => Resolution::Reply {
+            text: secrets.text(text),
+        },
+        Resolution::Modify { args } => {
+            let mut args = args.clone();
+            secrets.json(&mut args);
+            Resolution::Modify { args }
+        }
+    })
 }
 
 /// Modified arguments must fit the tool's schema, as the run's snapshot defines it.

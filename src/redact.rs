@@ -242,6 +242,13 @@ impl Secrets {
         }
     }
 
+    /// Remembers every value `other` knows.
+    pub fn extend(&mut self, other: &Secrets) {
+        for v in &other.values {
+            self.push(v);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }

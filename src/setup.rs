@@ -431,7 +431,7 @@ fn mcp_problems(path: &Path, problems: &[mcp::Problem]) -> SetupError {
     }
 }
 
-fn build_provider(
+pub(crate) fn build_provider(
     spec: &str,
     scripts: &BTreeMap<String, String>,
     settings: &ModelSettings,

@@ -93,7 +93,7 @@ impl Provider {
     }
 
     /// What this provider must never show (its key, its URL's credentials).
-    fn secrets(&self) -> Option<&crate::redact::Secrets> {
+    pub(crate) fn secrets(&self) -> Option<&crate::redact::Secrets> {
         match self {
             Provider::Script(_) => None,
             Provider::OpenAi(m) => Some(m.secrets()),

@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod observe;
 pub mod operate;
 pub mod pulse;
+pub mod secrets;
 pub mod stops;
 pub mod worker;
 

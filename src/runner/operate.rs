@@ -116,7 +116,8 @@ fn replaced_config(
 }
 
 /// Stores a person's message for `run`, delivered once at its next step boundary;
-/// refused for a run that will read no more (completed or cancelled).
+/// refused for a run that will read no more (completed or cancelled). A secret the
+/// run's config knows is stored (and so shown to the model) as `[redacted]`.
 pub fn send(store: &Store, run: &RunId, text: &str, by: &str) -> Result<SentMessage, OperateError> {
     if text.trim().is_empty() {
         return Err(OperateError::EmptyMessage);
@@ -125,7 +126,8 @@ pub fn send(store: &Store, run: &RunId, text: &str, by: &str) -> Result<SentMess
     if by.is_empty() {
         return Err(OperateError::NoSender);
     }
-    let sent = store.send_message(run, text, by)?;
+    let text = super::secrets::known(&stored_snapshot(store, run)?).text(text);
+    let sent = store.send_message(run, &text, by)?;
     fault::point("after_send");
     Ok(sent)
 }

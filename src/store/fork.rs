@@ -53,6 +53,9 @@ pub(crate) struct ForkPoint {
     pub last_seq: i64,
     pub state: String,
     pub tokens: (u64, u64),
+    /// What the source had spent at that step, copied with its tokens so the fork's
+    /// `cost_usd` agrees with its token counts.
+    pub cost_usd: f64,
 }
 
 impl ForkPoint {
@@ -86,6 +89,7 @@ impl ForkPoint {
             last_seq,
             state,
             tokens: (parsed.input_tokens, parsed.output_tokens),
+            cost_usd: parsed.cost_usd,
         })
     }
 }

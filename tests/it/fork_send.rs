@@ -524,3 +524,46 @@ pub fn message_in_flight_delivered_once(db: &Db) {
 }
 
 const TEXT_IN_FLIGHT: &str = "Answer for the northern province only.";
+
+#[test]
+fn a_fork_keeps_the_cost_spent_up_to_its_step() {
+    fork_keeps_cost(&Db::Sqlite);
+}
+
+/// A fork's `cost_usd` is the source's at the fork step, like its tokens: three turns
+/// of $2.00 each (10,000 input tokens at $100 per million, 1,000 output at $1,000),
+/// forked at step 1, have spent $2.00 and 10,000 input tokens.
+pub fn fork_keeps_cost(db: &Db) {
+    let p = Project::on(db);
+    p.write("tools.toml", "");
+    let turn = json!({"tool_calls": [{"name": "nothing", "args": {}}],
+                      "usage": {"input": 10_000, "output": 1_000}});
+    p.model_script(
+        json!([turn, turn, {"text": "done", "usage": {"input": 10_000, "output": 1_000}}]),
+    );
+    p.task(
+        "tools = []\nprice = { input = 100, output = 1000 }",
+        "Spend.",
+    );
+    let original = start(&p);
+    assert_eq!(p.show(&original)["cost_usd"], 6.0);
+    let r = p.run(&[
+        "runs",
+        "fork",
+        &original,
+        "--at-step",
+        "1",
+        "--no-start",
+        "--json",
+    ]);
+    let fork = r.expect_code(0).json()["run_id"]
+        .as_str()
+        .expect("run_id")
+        .to_string();
+    let show = p.show(&fork);
+    assert_eq!(
+        (show["cost_usd"].clone(), show["tokens"].clone()),
+        (json!(2.0), json!({"input": 10_000, "output": 1_000})),
+        "{show}"
+    );
+}

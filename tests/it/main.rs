@@ -58,4 +58,5 @@ mod tools_exec;
 mod trust;
 mod trust_again;
 mod trust_mcp;
+mod trust_operator;
 mod walkthrough;

@@ -103,6 +103,7 @@ fn fork_and_send_pass_on_postgresql() {
         return;
     };
     crate::fork_send::fork_repeats_no_effect(&db);
+    crate::fork_send::fork_keeps_cost(&db);
     crate::operating::a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(&db);
     crate::fork_send::message_in_flight_delivered_once(&db);
     crate::fork_send_crash::every_operator_crash_point(&db);

@@ -42,9 +42,9 @@ impl PgStore {
             tx.exec(
                 "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens, steps,
                     input_tokens, output_tokens, error, lease_token, created_at, updated_at,
-                    forked_from, forked_at)
+                    forked_from, forked_at, cost_usd)
                  SELECT $1, task, task_path, 'interrupted', COALESCE($3, max_steps),
-                    COALESCE($4, max_tokens), $5, $6, $7, $8, 0, $9, $9, id, $5
+                    COALESCE($4, max_tokens), $5, $6, $7, $8, 0, $9, $9, id, $5, $10
                  FROM runs WHERE id = $2",
                 &[
                     &id.0,
@@ -56,6 +56,7 @@ impl PgStore {
                     &output,
                     &reason,
                     &now,
+                    &point.cost_usd,
                 ],
             )?;
             match &config {

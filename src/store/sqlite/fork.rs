@@ -35,9 +35,9 @@ impl SqliteStore {
             tx.execute(
                 "INSERT INTO runs (id, task, task_path, status, max_steps, max_tokens, steps,
                     input_tokens, output_tokens, error, lease_token, created_at, updated_at,
-                    forked_from, forked_at)
+                    forked_from, forked_at, cost_usd)
                  SELECT ?1, task, task_path, 'interrupted', COALESCE(?3, max_steps),
-                    COALESCE(?4, max_tokens), ?5, ?6, ?7, ?8, 0, ?9, ?9, id, ?5
+                    COALESCE(?4, max_tokens), ?5, ?6, ?7, ?8, 0, ?9, ?9, id, ?5, ?10
                  FROM runs WHERE id = ?2",
                 params![
                     id,
@@ -48,7 +48,8 @@ impl SqliteStore {
                     point.tokens.0 as i64,
                     point.tokens.1 as i64,
                     not_started_reason(&f.source, point.step),
-                    now
+                    now,
+                    point.cost_usd
                 ],
             )?;
             match f.config {

@@ -27,7 +27,7 @@ pub mod depth;
 mod result;
 mod server;
 
-pub use server::Pool;
+pub use server::{Pool, secrets_of};
 
 use crate::config::types::{
     Approval, MCP_SEPARATOR, McpServer, McpSpec, ToolDef, ToolKind, ToolsConfig,
