@@ -566,4 +566,10 @@ pub fn fork_keeps_cost(db: &Db) {
         (json!(2.0), json!({"input": 10_000, "output": 1_000})),
         "{show}"
     );
+    // `runs list` reads the run's row, not its loop state.
+    let row = runs(&p)
+        .into_iter()
+        .find(|r| r["id"] == fork.as_str())
+        .expect("the fork is listed");
+    assert_eq!(row["cost_usd"], 2.0, "{row}");
 }
