@@ -14,10 +14,10 @@ use crate::tools::{command, http, mcp};
 pub fn known(snapshot: &Snapshot) -> Secrets {
     let mut secrets = Secrets::default();
     for spec in &snapshot.models {
-        if let Ok(provider) = setup::build_provider(spec, &snapshot.scripts, &snapshot.settings) {
-            if let Some(s) = provider.secrets() {
-                secrets.extend(s);
-            }
+        if let Ok(provider) = setup::build_provider(spec, &snapshot.scripts, &snapshot.settings)
+            && let Some(s) = provider.secrets()
+        {
+            secrets.extend(s);
         }
     }
     let path = std::path::Path::new(&snapshot.tools_path);
