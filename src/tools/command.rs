@@ -186,6 +186,7 @@ async fn run_child(
     })?;
     // The child leads its own group (process_group(0)), so its pid is the group id.
     let mut leftovers = Leftovers::new(child.id(), key);
+    let spawned = descendants::Spawned::new(child.id(), key);
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -199,6 +200,8 @@ async fn run_child(
         };
         let wait = async {
             let status = child.wait().await;
+            // Reaped: its pid may now be anyone's.
+            drop(spawned);
             // The attempt is over: whatever the tool left running (background jobs in
             // its group, double-forked daemons handed to us as their subreaper) would
             // hold the output pipes open and outlive it, so it goes now, and is reaped.
@@ -346,6 +349,44 @@ mod descendants {
         i32::try_from(std::process::id()).unwrap_or(-1)
     }
 
+    /// The tools agentrun started and has not reaped yet, with their call's key
+    /// (issue 23): a worker with hundreds of runs has as many tools running, all its
+    /// children, and each call's scan for leftovers would otherwise read two `/proc`
+    /// files of every one of them — most of a busy worker's CPU per tool call. Another
+    /// call's tool is passed by at once; unknown children (orphans) are read as before.
+    static SPAWNED: std::sync::Mutex<Vec<(i32, String)>> = std::sync::Mutex::new(Vec::new());
+
+    /// A tool's entry in [`SPAWNED`], removed when dropped (once it has been reaped).
+    pub struct Spawned(Option<i32>);
+
+    impl Spawned {
+        pub fn new(pid: Option<u32>, key: &str) -> Spawned {
+            let pid = pid.and_then(|p| i32::try_from(p).ok());
+            if let Some(pid) = pid {
+                let mut all = SPAWNED.lock().unwrap_or_else(|e| e.into_inner());
+                all.push((pid, key.to_string()));
+            }
+            Spawned(pid)
+        }
+    }
+
+    impl Drop for Spawned {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                let mut all = SPAWNED.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(at) = all.iter().position(|(p, _)| *p == pid) {
+                    all.swap_remove(at);
+                }
+            }
+        }
+    }
+
+    /// The running tools of calls other than `key`, as of now.
+    fn others(key: &str) -> std::collections::HashSet<i32> {
+        let all = SPAWNED.lock().unwrap_or_else(|e| e.into_inner());
+        all.iter().filter(|(_, k)| k != key).map(|(p, _)| *p).collect()
+    }
+
     /// One line of the process table.
     #[derive(Clone, Copy)]
     struct Proc {
@@ -391,7 +432,11 @@ mod descendants {
             .ok()?
             .flatten()
         {
-            let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+            // A thread that ended since the listing has no file any more; the others
+            // still count (failing the whole scan would miss every leftover).
+            let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
             out.extend(
                 text.split_whitespace()
                     .filter_map(|p| p.parse::<i32>().ok()),
@@ -443,8 +488,13 @@ mod descendants {
         for _ in 0..100 {
             let tree = Tree::now();
             let before = found.len();
+            let others = others(key);
             for pid in tree.children(me) {
-                if Some(pid) == child || found.contains(&pid) || strangers.contains(&pid) {
+                if Some(pid) == child
+                    || found.contains(&pid)
+                    || strangers.contains(&pid)
+                    || others.contains(&pid)
+                {
                     continue;
                 }
                 let in_group = || pgid.is_some() && stat(pid).is_some_and(|p| Some(p.pgrp) == pgid);
@@ -530,6 +580,27 @@ mod descendants {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn another_calls_running_tool_is_passed_by_until_it_is_reaped() {
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .env("AGENTRUN_CALL_ID", "r:s:mine")
+                .spawn()
+                .expect("sleep");
+            let pid = i32::try_from(child.id()).expect("pid");
+            let theirs = Spawned::new(Some(child.id()), "r:s:theirs");
+            assert!(others("r:s:mine").contains(&pid));
+            assert!(!others("r:s:theirs").contains(&pid), "not for its own call");
+            // Even carrying this call's id, a tool another call started is not this
+            // call's leftover while that call holds it.
+            assert_eq!(freeze(None, None, "r:s:mine"), Vec::<i32>::new());
+            drop(theirs);
+            assert!(!others("r:s:mine").contains(&pid));
+            assert_eq!(freeze(None, None, "r:s:mine"), vec![pid], "an orphan again");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
 
         #[test]
         fn both_ways_of_reading_the_tree_find_a_child_and_its_call_id() {
