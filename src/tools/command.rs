@@ -384,7 +384,10 @@ mod descendants {
     /// The running tools of calls other than `key`, as of now.
     fn others(key: &str) -> std::collections::HashSet<i32> {
         let all = SPAWNED.lock().unwrap_or_else(|e| e.into_inner());
-        all.iter().filter(|(_, k)| k != key).map(|(p, _)| *p).collect()
+        all.iter()
+            .filter(|(_, k)| k != key)
+            .map(|(p, _)| *p)
+            .collect()
     }
 
     /// One line of the process table.
@@ -589,6 +592,8 @@ mod descendants {
                 .spawn()
                 .expect("sleep");
             let pid = i32::try_from(child.id()).expect("pid");
+            // Past its execve (see the test below).
+            assert!((0..10_000).any(|_| carries(pid, "r:s:mine")));
             let theirs = Spawned::new(Some(child.id()), "r:s:theirs");
             assert!(others("r:s:mine").contains(&pid));
             assert!(!others("r:s:theirs").contains(&pid), "not for its own call");
@@ -597,7 +602,12 @@ mod descendants {
             assert_eq!(freeze(None, None, "r:s:mine"), Vec::<i32>::new());
             drop(theirs);
             assert!(!others("r:s:mine").contains(&pid));
-            assert_eq!(freeze(None, None, "r:s:mine"), vec![pid], "an orphan again");
+            // (A scan can miss a child while other tests spawn theirs: the kernel's
+            // children lists are read thread by thread.)
+            let found = (0..50)
+                .map(|_| freeze(None, None, "r:s:mine"))
+                .find(|f| !f.is_empty());
+            assert_eq!(found, Some(vec![pid]), "an orphan again");
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -613,7 +623,9 @@ mod descendants {
             let me = me();
             assert!(Tree::now().children(me).contains(&pid));
             assert!(Tree::Table(table()).children(me).contains(&pid));
-            assert!(carries(pid, "r:s:unit-test"));
+            // Right after the spawn the child may still be inside execve, its new
+            // environment not yet in place: polled, bounded.
+            assert!((0..10_000).any(|_| carries(pid, "r:s:unit-test")));
             assert!(!carries(pid, "r:s:unit"));
             let _ = child.kill();
             let _ = child.wait();
