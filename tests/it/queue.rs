@@ -367,8 +367,15 @@ fn twenty_runs_in_flight_share_a_few_threads_and_connections() {
         .unwrap()
         .filter(|e| std::fs::read_link(e.as_ref().unwrap().path()).is_ok_and(|t| t == db))
         .count();
-    assert!(threads <= 9, "{threads} threads for 20 runs in flight");
-    assert!(db_handles <= 9, "{db_handles} database handles for 20 runs");
+    // 8 slot threads and the main one, plus what may still be alive for a moment on
+    // a loaded machine (the start-up delivery of pending notifications with its own
+    // handle, an async runtime's blocking helper): a thread and a connection per run
+    // would be 21 or more.
+    assert!(threads <= 14, "{threads} threads for 20 runs in flight");
+    assert!(
+        db_handles <= 14,
+        "{db_handles} database handles for 20 runs"
+    );
     // Two TTLs pass with every run held: a second worker takes none over (it would
     // run that run's tool again).
     let b = slow_ttl("w-b", "4");
