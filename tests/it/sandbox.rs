@@ -3,7 +3,7 @@
 //! `network = false` is denied, the call fails `permission_denied` naming what was
 //! denied, and the run goes on; the same tools with `sandbox = "off"` can.
 
-use crate::common::{Project, tool_result};
+use crate::common::{self, Project, tool_result};
 use agentrun::config::preflight::Support;
 use serde_json::{Value, json};
 use std::net::TcpListener;
@@ -232,25 +232,6 @@ fn a_sandboxed_tool_cannot_read_agentruns_environment_and_holds_no_capability() 
     );
 }
 
-/// The smallest stdio MCP server (Python's standard library): one tool, `ping`.
-const PING_SERVER: &str = r#"import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "ping", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "pong"}]}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"#;
-
 /// `tools check` and `runs show` name the sandbox of every process a run starts: its
 /// command tools, the stdio MCP servers its task can use (not the others) and its
 /// hooks. Before, `runs show` named only command tools, and `tools check` no hook.
@@ -258,7 +239,7 @@ for line in sys.stdin:
 fn tools_check_and_runs_show_name_the_sandbox_of_tools_servers_and_hooks() {
     let Some(()) = kernel() else { return };
     let p = Project::new();
-    p.write("server.py", PING_SERVER);
+    p.write("server.py", common::PING_MCP_SERVER);
     p.write(
         "tools.toml",
         "[defaults]\ntimeout = \"20s\"\nattempts = 1\nsandbox = \"workspace\"\n\n\

@@ -4,7 +4,7 @@
 //! Counted with `strace`, which these tests need (they skip without it; `.ci/run`
 //! installs it).
 
-use crate::common::{Project, Run, bin, peer};
+use crate::common::{self, Project, Run, bin, peer};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -81,6 +81,27 @@ fn traced_start(p: &Project) -> (Run, String) {
     (run, std::fs::read_to_string(&log).expect("strace log"))
 }
 
+/// Runs a task that calls the `echo` tool four times under strace and checks that
+/// agentrun spawned once per call and never forked; returns the strace log.
+fn echo_four_times_without_forking(p: &Project) -> String {
+    let calls: Vec<_> = (0..4)
+        .map(|i| json!({"tool_calls": [{"name": "echo", "args": {"i": i}}]}))
+        .chain([json!({"text": "done"})])
+        .collect();
+    p.model_script(json!(calls));
+    p.task("", "Echo four times.");
+    let (run, log) = traced_start(p);
+    run.expect_code(0);
+    let (forks, spawns) = clones(&log);
+    assert!(
+        forks.is_empty(),
+        "agentrun forked:\n{}\n{run}",
+        forks.join("\n")
+    );
+    assert_eq!(spawns, 4, "one spawn per call\n{log}");
+    log
+}
+
 #[test]
 fn command_tools_named_on_path_start_without_forking_agentrun() {
     if !strace() {
@@ -93,42 +114,8 @@ fn command_tools_named_on_path_start_without_forking_agentrun() {
         "[tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\n\
          command = [\"cat\"]\nidempotent = true\n",
     );
-    let calls: Vec<_> = (0..4)
-        .map(|i| json!({"tool_calls": [{"name": "echo", "args": {"i": i}}]}))
-        .chain([json!({"text": "done"})])
-        .collect();
-    p.model_script(json!(calls));
-    p.task("", "Echo four times.");
-    let (run, log) = traced_start(&p);
-    run.expect_code(0);
-    let (forks, spawns) = clones(&log);
-    assert!(
-        forks.is_empty(),
-        "agentrun forked:\n{}\n{run}",
-        forks.join("\n")
-    );
-    assert_eq!(spawns, 4, "one spawn per call\n{log}");
+    let _ = echo_four_times_without_forking(&p);
 }
-
-/// A stdio MCP server small enough to read: answers `initialize`, lists one tool
-/// (`ping`) and answers its calls with "pong".
-const MCP_SERVER: &str = r#"import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "tiny", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "pong"}]}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"#;
 
 #[test]
 fn stdio_mcp_servers_start_without_forking_agentrun() {
@@ -136,7 +123,7 @@ fn stdio_mcp_servers_start_without_forking_agentrun() {
         return;
     }
     let p = Project::new();
-    p.write("server.py", MCP_SERVER);
+    p.write("server.py", common::PING_MCP_SERVER);
     p.fast_tools("[mcp.tiny]\ncommand = [\"python3\", \"server.py\"]\n");
     p.model_script(json!([
         {"tool_calls": [{"name": "tiny__ping", "args": {}}]},
@@ -175,21 +162,7 @@ fn sandboxed_command_tools_start_through_the_trampoline_without_forking_agentrun
         "[tools.echo]\ndescription = \"echo\"\ninput_schema = { type = \"object\" }\n\
          command = [\"cat\"]\nidempotent = true\nsandbox = \"workspace\"\nnetwork = false\n",
     );
-    let calls: Vec<_> = (0..4)
-        .map(|i| json!({"tool_calls": [{"name": "echo", "args": {"i": i}}]}))
-        .chain([json!({"text": "done"})])
-        .collect();
-    p.model_script(json!(calls));
-    p.task("", "Echo four times.");
-    let (run, log) = traced_start(&p);
-    run.expect_code(0);
-    let (forks, spawns) = clones(&log);
-    assert!(
-        forks.is_empty(),
-        "agentrun forked:\n{}\n{run}",
-        forks.join("\n")
-    );
-    assert_eq!(spawns, 4, "one spawn per call\n{log}");
+    let log = echo_four_times_without_forking(&p);
     // (An exec may be logged in two halves, "<unfinished ...>" then "resumed".)
     let execs = |needle: &str| {
         log.lines()

@@ -444,3 +444,23 @@ fn visit(v: &Value, calls: &mut Vec<(String, u32)>) -> bool {
         _ => true,
     }
 }
+
+/// The smallest stdio MCP server (Python's standard library only): answers
+/// `initialize`, lists one tool (`ping`) and answers its calls with "pong".
+pub const PING_MCP_SERVER: &str = r#"import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "tiny", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "pong"}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
