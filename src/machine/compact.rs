@@ -200,19 +200,11 @@ mod tests {
         let tools = ToolsConfig::default();
         let prompts = Prompts::builtin();
         let rules = Rules {
-            tools: &tools,
-            prompts: &prompts,
-            tool_subset: None,
-            max_steps: 100,
-            max_tokens: 1_000_000,
             window: Some(Window {
                 tokens: 2000,
                 max_output_tokens: 200,
             }),
-            keep_steps: None,
-            output_cap: Default::default(),
-            spend: Default::default(),
-            output: None,
+            ..Rules::for_tests(&tools, &prompts)
         };
         let state = LoopState {
             steps: 30,

@@ -121,19 +121,13 @@ mod tests {
     fn a_first_cut_is_asked_again_with_a_note_and_the_retry_cap_and_a_second_fails_text_only() {
         let (tools, prompts) = (ToolsConfig::default(), Prompts::builtin());
         let rules = Rules {
-            tools: &tools,
-            prompts: &prompts,
-            tool_subset: None,
             max_steps: 10,
             max_tokens: 100_000,
-            window: None,
-            keep_steps: None,
             output_cap: OutputCap {
                 first: 200,
                 retry: Some(400),
             },
-            spend: Default::default(),
-            output: None,
+            ..Rules::for_tests(&tools, &prompts)
         };
         let opening = Context::opening(vec![
             Message::text(Role::System, "sys"),

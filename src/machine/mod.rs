@@ -87,6 +87,26 @@ pub struct Rules<'a> {
     pub output: Option<&'a crate::model::output::OutputSpec>,
 }
 
+#[cfg(test)]
+impl<'a> Rules<'a> {
+    /// Rules that limit nothing a test did not ask for: all tools, 100 steps,
+    /// 1,000,000 tokens, no window, the default output cap and spend, free text.
+    pub(crate) fn for_tests(tools: &'a ToolsConfig, prompts: &'a Prompts) -> Self {
+        Rules {
+            tools,
+            prompts,
+            tool_subset: None,
+            max_steps: 100,
+            max_tokens: 1_000_000,
+            window: None,
+            keep_steps: None,
+            output_cap: Default::default(),
+            spend: Default::default(),
+            output: None,
+        }
+    }
+}
+
 /// The money and time budgets, and the prices they are counted in.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Spend {

@@ -12,18 +12,7 @@ use crate::prompts::Prompts;
 use crate::records::{RunId, SentMessage};
 
 fn machine<'a>(tools: &'a ToolsConfig, prompts: &'a Prompts, steps: u32) -> Machine<'a> {
-    let rules = Rules {
-        tools,
-        prompts,
-        tool_subset: None,
-        max_steps: 100,
-        max_tokens: 1_000_000,
-        window: None,
-        keep_steps: None,
-        output_cap: Default::default(),
-        spend: Default::default(),
-        output: None,
-    };
+    let rules = Rules::for_tests(tools, prompts);
     let opening = Context::opening(vec![
         Message::text(Role::System, "sys"),
         Message::text(Role::User, "Say hi."),

@@ -19,16 +19,8 @@ fn machine<'a>(
     state: LoopState,
 ) -> Machine<'a> {
     let rules = Rules {
-        tools,
-        prompts,
-        tool_subset: None,
-        max_steps: 100,
-        max_tokens: 1_000_000,
-        window: None,
-        keep_steps: None,
-        output_cap: Default::default(),
         spend,
-        output: None,
+        ..Rules::for_tests(tools, prompts)
     };
     let opening = Context::opening(vec![
         Message::text(Role::System, "sys"),

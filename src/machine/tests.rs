@@ -59,16 +59,11 @@ impl H {
     /// A machine with money and time budgets.
     pub(super) fn machine_with(&self, state: LoopState, spend: super::Spend) -> Machine<'_> {
         let rules = Rules {
-            tools: &self.tools,
-            prompts: &self.prompts,
             tool_subset: self.subset.as_deref(),
             max_steps: 5,
             max_tokens: 10_000,
-            window: None,
-            keep_steps: None,
-            output_cap: Default::default(),
-            output: None,
             spend,
+            ..Rules::for_tests(&self.tools, &self.prompts)
         };
         let messages = vec![
             Message::text(Role::System, "sys"),

@@ -7,16 +7,10 @@ use super::*;
 fn the_window_keeps_the_last_steps_and_counts_the_turns_left_out() {
     let h = H::new();
     let rules = Rules {
-        tools: &h.tools,
-        prompts: &h.prompts,
-        tool_subset: None,
         max_steps: 10,
         max_tokens: 100_000,
-        window: None,
         keep_steps: Some(2),
-        spend: Default::default(),
-        output: None,
-        output_cap: Default::default(),
+        ..Rules::for_tests(&h.tools, &h.prompts)
     };
     let opening = vec![
         Message::text(Role::System, "sys"),
