@@ -13,6 +13,7 @@
 use crate::model::{Delta, LiveSink};
 use crate::render::Style;
 use crate::render::summary::final_line;
+use crate::render::text::controls_as_spaces;
 use crate::render::transcript::describe_event;
 use crate::runner::RunOutcome;
 use crate::runner::observe::{CallFinished, Notice, Observer, StepStart};
@@ -353,7 +354,7 @@ impl LiveSink for Progress {
                 a.line.push_str(t);
                 while let Some(at) = a.line.find('\n') {
                     let done: String = a.line.drain(..=at).collect();
-                    live.println(&format!("  {}", printable(done.trim_end())));
+                    live.println(&format!("  {}", controls_as_spaces(done.trim_end())));
                 }
                 // The newest of it: the status line shows as much as fits.
                 let text: String = {
@@ -362,7 +363,7 @@ impl LiveSink for Progress {
                         .iter()
                         .collect()
                 };
-                let text = printable(&text);
+                let text = controls_as_spaces(&text);
                 live.update(|st| {
                     st.doing = format!("{model} writing:");
                     st.writing = Some(text);
@@ -373,14 +374,6 @@ impl LiveSink for Progress {
             }
         }
     }
-}
-
-/// A model's text without control characters (an escape sequence in an answer must
-/// not reach the terminal).
-fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
 }
 
 fn json_line(v: &serde_json::Value) {

@@ -8,15 +8,20 @@ pub fn width(s: &str) -> usize {
     UnicodeWidthStr::width(s)
 }
 
+/// `s` with each control character (tab, newline, escape) as a space: one line that
+/// cannot move the cursor or restyle the terminal.
+pub fn controls_as_spaces(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// `s` cut to at most `max` columns, ending in `…` when cut — at a word boundary
 /// when one is in the second half of what fits (issue 27: `…the circuit for t…`), else
 /// mid-word (a long URL, or text without spaces). Control characters (tabs, escapes)
 /// become spaces so a task cannot break the table or the terminal.
 pub fn truncate(s: &str, max: usize) -> String {
-    let clean: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let clean = controls_as_spaces(s);
     if width(&clean) <= max {
         return clean;
     }
@@ -43,10 +48,7 @@ pub fn truncate(s: &str, max: usize) -> String {
 /// The last columns of `s` that fit in `max`, starting at a word when one starts in
 /// the first half of them, after `…` (the newest text of a stream: its end matters).
 pub fn tail(s: &str, max: usize) -> String {
-    let clean: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let clean = controls_as_spaces(s);
     if width(&clean) <= max {
         return clean;
     }
