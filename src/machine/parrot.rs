@@ -12,28 +12,56 @@ use super::state::LoopState;
 use crate::model::{Message, Role};
 use crate::trace::{NoteKind, TraceEvent};
 
-/// A fragment shorter than this (after normalising) is too common to call a repeat.
-const MIN_FRAGMENT: usize = 24;
+/// A piece of a note shorter than this many words is too common to call a repeat.
+const MIN_WORDS: usize = 5;
 
-/// Lower case, one space between words, without the `[agentrun]` marker.
-fn normal(s: &str) -> String {
+/// Lower-case words (letters and digits), without the `[agentrun]` marker: what a model
+/// keeps when it copies a note, whatever it does to spacing and punctuation.
+fn words(s: &str) -> Vec<String> {
     let s = s.trim().to_lowercase();
     let s = s.trim_start_matches("[agentrun]");
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    s.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
-/// Whether `answer` is one of `notes`, a sizeable piece of one, or one of them with
-/// little around it (the note at least half of the answer).
+/// How many words `a` and `b` share in order (longest common subsequence).
+fn in_order(a: &[String], b: &[String]) -> usize {
+    let mut row = vec![0usize; b.len() + 1];
+    for x in a {
+        let mut diagonal = 0;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if x == y {
+                diagonal + 1
+            } else {
+                above.max(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// Whether `answer` is one of `notes` or a piece of one — also when the model left out
+/// or changed a few words of it (on llama.cpp it dropped a clause of the cut-off note and
+/// the rest was taken as the run's answer) — or one of them with little around it (the
+/// note at least half of the answer). Four in five words in the note's order count as
+/// the note's.
 pub fn repeats_a_note(answer: &str, notes: &[String]) -> bool {
-    let a = normal(answer);
+    let a = words(answer);
     if a.is_empty() {
         return false;
     }
-    notes.iter().map(|n| normal(n)).any(|n| {
-        !n.is_empty()
-            && (a == n
-                || (n.contains(&a) && a.len() >= MIN_FRAGMENT.min(n.len()))
-                || (a.contains(&n) && n.len() * 2 >= a.len()))
+    notes.iter().map(|n| words(n)).any(|n| {
+        // Neither test can pass for an answer over twice the note: skip the count.
+        if n.is_empty() || a.len() > 2 * n.len() {
+            return false;
+        }
+        let shared = in_order(&a, &n);
+        shared >= MIN_WORDS.min(n.len())
+            && (5 * shared >= 4 * a.len() || (5 * shared >= 4 * n.len() && 2 * n.len() >= a.len()))
     })
 }
 
@@ -117,12 +145,38 @@ mod tests {
         ));
     }
 
+    /// What SmolLM2-135M answered on llama.cpp to the cut-off note of a 96-token cap:
+    /// the note without its parenthesis. It became the run's final answer.
+    #[test]
+    fn the_note_with_a_clause_left_out_or_words_changed_is_a_repeat() {
+        let cut = "[agentrun] Your previous reply was cut off at the output limit of 96 tokens \
+                   and was discarded. Reply again within 160 tokens: make fewer tool calls in \
+                   one turn (the rest can follow in later turns), or answer more briefly.";
+        let n = vec![cut.to_string()];
+        let llama = "Your previous reply was cut off at the output limit of 96 tokens and was \
+                     discarded. Reply again within 160 tokens: make fewer tool calls in one \
+                     turn, or answer more briefly.";
+        assert!(repeats_a_note(llama, &n));
+        assert!(repeats_a_note(
+            "My previous reply was cut off at the output limit of 96 tokens, and it was discarded.",
+            &n
+        ));
+        assert!(repeats_a_note(
+            &format!("{llama} The weather in Paris is sunny."),
+            &n
+        ));
+    }
+
     #[test]
     fn a_real_answer_is_not_a_repeat_even_when_it_shares_words() {
         let n = notes();
         assert!(!repeats_a_note("The weather in Paris is sunny, 21 °C.", &n));
         assert!(!repeats_a_note("step 2", &n), "too short to call a repeat");
         assert!(!repeats_a_note("", &n));
+        assert!(!repeats_a_note(
+            "My reply was cut short before, sorry: the weather in Paris is sunny, 21 °C.",
+            &n
+        ));
         let long = format!(
             "I stayed within the budget ({}) and found the refund window: 30 days, as the \
              policy page and both tickets say; the customer qualifies.",

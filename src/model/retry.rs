@@ -213,7 +213,9 @@ pub async fn complete_guarded(
 
 /// How long a run's first step keeps trying a local server that refuses connections:
 /// long enough for one that is just binding its port, short enough that "not started"
-/// is said at once instead of after 15 s of backoff (issue 27).
+/// is said at once instead of after 15 s of backoff (issue 27). Only while no attempt of
+/// the call has reached the server: one that answered, dropped the connection or timed
+/// out is there and restarting, and gets the full schedule (issue 23).
 pub const FIRST_STEP_REFUSED: Duration = Duration::from_secs(2);
 
 /// Whether `req` asks for a run's first step: no answer of the model in it yet.
@@ -237,7 +239,8 @@ async fn with_retries(
     events: &dyn EventSink,
 ) -> Result<ModelResponse, ModelError> {
     let attempts = attempts.max(1);
-    let first_step = is_first_step(req);
+    // A first step whose every attempt so far a local server refused (FIRST_STEP_REFUSED).
+    let mut refused_only = is_first_step(req);
     let mut refused_waited = Duration::ZERO;
     let mut attempt = 1;
     loop {
@@ -259,7 +262,8 @@ async fn with_retries(
             Wait::After(d) if err.retry_after().is_some() => d,
             Wait::After(_) => equal_jitter(policy, attempt - 1, clock),
         };
-        if first_step && err.is_refused_locally() {
+        refused_only &= err.is_refused_locally();
+        if refused_only {
             let left = FIRST_STEP_REFUSED.saturating_sub(refused_waited);
             if left.is_zero() {
                 return Err(err);
@@ -399,10 +403,14 @@ mod tests {
     }
 
     fn refused() -> Provider {
+        // Port 1: nothing listens there, so every attempt is refused at once.
+        openai_at("http://127.0.0.1:1/v1")
+    }
+
+    fn openai_at(base_url: &str) -> Provider {
         let config = crate::model::openai::OpenAiConfig {
             model: "dead".into(),
-            // Port 1: nothing listens there, so every attempt is refused at once.
-            base_url: "http://127.0.0.1:1/v1".into(),
+            base_url: base_url.into(),
             api_key: None,
             timeouts: crate::model::Timeouts::all(Duration::from_secs(5)),
             stream: true,
@@ -545,5 +553,42 @@ mod tests {
             })
             .collect();
         assert_eq!(reasons, vec![Some("connection refused".to_string()); 3]);
+    }
+
+    /// Issue 23: a server killed while it answers a run's first step (the connection
+    /// dropped mid-request) refuses while it restarts. It was there, so the full
+    /// schedule applies; before, the first-step rule gave up after 2 s of refusals,
+    /// before llama-server had loaded its model again.
+    #[tokio::test]
+    async fn a_server_that_dies_during_the_first_step_gets_the_full_schedule() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let _ = std::io::Read::read(&mut conn, &mut [0; 4096]);
+            // Stop listening before the connection drops: every retry is refused.
+            drop(listener);
+        });
+        let clock = NoJitter(FakeClock::new(0));
+        let events = EventBuffer::default();
+        let err = complete(&[openai_at(&base)], &request(&[]), &clock, &events)
+            .await
+            .unwrap_err();
+        server.join().unwrap();
+        assert!(matches!(err, ModelError::Refused { .. }), "{err}");
+        assert_eq!(
+            clock.0.sleeps(),
+            [500, 1000, 2000, 4000, 8000].map(Duration::from_millis)
+        );
+        let reasons: Vec<String> = events
+            .take()
+            .into_iter()
+            .filter_map(|e| match e {
+                TraceEvent::ModelRetry { reason, .. } => reason,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons[0], "connection failed");
+        assert_eq!(reasons[1..], ["connection refused"; 4]);
     }
 }

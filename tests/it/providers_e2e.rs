@@ -459,6 +459,67 @@ fn a_response_cut_at_the_output_limit_fails_the_run_with_the_reason() {
     api.assert_no_keys(&run, v["run_id"].as_str().unwrap());
 }
 
+/// Issue 23, seen on llama.cpp: asked again after a cut-off reply, SmolLM2-135M
+/// answered with agentrun's cut-off note minus its parenthesis, and the run completed
+/// with that as its answer. It goes back to the model; the next answer is the answer.
+#[test]
+fn an_answer_copying_the_cut_off_note_with_a_clause_left_out_is_not_the_answer() {
+    let api = Api::new(r#""openai:gpt-4o-mini""#);
+    api.project.write(
+        "task.md",
+        "+++\nmodel = \"openai:gpt-4o-mini\"\nmax_steps = 5\nmax_output_tokens = 96\n\
+         max_output_tokens_retry = 160\n+++\nCan the country of Crumpet have dragons?\n",
+    );
+    // What llama-server's model answered to the note, word for word.
+    let copied = "Your previous reply was cut off at the output limit of 96 tokens and was \
+                  discarded. Reply again within 160 tokens: make fewer tool calls in one turn, \
+                  or answer more briefly.";
+    let mut body = fixture("openai/03_tool_results_final_answer")["response"]["body"].clone();
+    body["choices"][0]["message"]["content"] = json!(copied);
+    api.answer(
+        OPENAI_PATH,
+        Some("only repeated a note"),
+        Some(1),
+        recorded("openai/03_tool_results_final_answer"),
+    );
+    api.answer(
+        OPENAI_PATH,
+        Some("was cut off at the output limit"),
+        Some(1),
+        ResponseTemplate::new(200).set_body_json(body),
+    );
+    api.answer(
+        OPENAI_PATH,
+        None,
+        Some(1),
+        recorded("openai/07_finish_reason_length"),
+    );
+    let run = api.start(true);
+    let v = run.expect_code(0).json();
+    assert_eq!(
+        (&v["status"], &v["answer"]),
+        (&json!("completed"), &json!("YES"))
+    );
+    let bodies = api.bodies(OPENAI_PATH);
+    assert_eq!(bodies.len(), 3, "{bodies:#?}");
+    // The copy is a fair one: the note sent holds every word of it, and more.
+    let sent = bodies[1].to_string();
+    assert!(
+        sent.contains("or answer more briefly") && !sent.contains(copied),
+        "{sent}"
+    );
+    let show = api.project.show(v["run_id"].as_str().unwrap());
+    let kinds: Vec<Value> = events(&show, "note")
+        .iter()
+        .map(|e| e["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [json!("truncated"), json!("repeated_note")],
+        "{show:#}"
+    );
+}
+
 /// Issue 27: a 401 names the variable holding the key and where it was sent, for each
 /// provider (the servers' own text never does).
 #[test]
