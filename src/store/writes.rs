@@ -49,7 +49,7 @@ impl Store {
     /// returns the escalation it queued, if any.
     fn run_plan(&self, durability: Durability, plan: Plan) -> Result<Option<EscalationId>> {
         match self {
-            Store::Sqlite(s) => s.run_plan(durability, &plan),
+            Store::Sqlite(s) => s.run_plan(durability, plan),
             Store::Postgres(s) => s.run_plan(durability, plan),
         }
     }

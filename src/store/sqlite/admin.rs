@@ -45,7 +45,9 @@ impl SqliteStore {
     /// (a reader still open elsewhere can keep it from being truncated; the next
     /// removal or checkpoint finishes the job). With `vacuum`, rebuilds the file first.
     pub fn scrub(&self, vacuum: bool) -> Result<()> {
-        let conn = self.lock();
+        // On the writer: nothing of this process's writes between, and its lock held.
+        let writer = self.writer()?.lock_conn();
+        let conn = &writer.conn;
         if vacuum {
             conn.execute_batch("VACUUM").map_err(|e| self.classify(e))?;
         }

@@ -1,14 +1,13 @@
 //! The SQLite connection: opening a file (and everything done on open), classifying
 //! its errors, and the write transaction every write goes through.
 
+use super::group::{self, Writer};
 use super::migrations::MIGRATIONS;
 use crate::store::durability::{BUSY_TIMEOUT, Durability};
 use crate::store::error::{Result, StoreError};
 use crate::store::lease::LEASE_TTL_MS;
 use rusqlite::{Connection, OpenFlags};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -18,33 +17,15 @@ const STATEMENT_CACHE: usize = 64;
 
 pub struct SqliteStore {
     pub(super) path: PathBuf,
+    /// This store's connection, for reads; writes go through [`SqliteStore::writer`].
     pub(super) conn: Mutex<Connection>,
-    /// The connection's current `synchronous` level (true: FULL). Read and changed
-    /// only while `conn` is locked; it saves a pragma when two writes in a row want
-    /// the same level.
-    pub(super) sync_full: AtomicBool,
     pub(super) busy_timeout: Duration,
     /// See [`LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
     pub(super) lease_ttl_ms: i64,
-    /// Shared by every connection of this process to the same file ([`write_gate`]).
-    gate: Arc<Mutex<()>>,
-}
-
-/// The one gate of this process's writers to the file at `path`. SQLite's own lock
-/// makes a writer that finds it taken sleep and retry (1, 2, 5 … 100 ms): fine
-/// between processes, but a worker's threads share one file, and at hundreds of runs
-/// a thread that lost the race slept while all its runs waited — and a batched
-/// heartbeat could lose it for longer than the lease TTL (issue 23). Behind this
-/// gate they queue instead and are woken the moment the writer before them commits;
-/// other processes still meet SQLite's lock and busy timeout.
-fn write_gate(path: &Path) -> Arc<Mutex<()>> {
-    static GATES: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
-    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut gates = GATES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    gates.entry(key).or_default().clone()
+    vfs: Option<String>,
+    /// The process's writer to this file, shared by every store open on it (see
+    /// `group.rs`); opened at the first write.
+    writer: OnceLock<Arc<Writer>>,
 }
 
 impl SqliteStore {
@@ -102,10 +83,10 @@ impl SqliteStore {
         let store = SqliteStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
-            sync_full: AtomicBool::new(true),
             busy_timeout: BUSY_TIMEOUT,
             lease_ttl_ms: LEASE_TTL_MS,
-            gate: write_gate(path),
+            vfs: vfs.map(str::to_owned),
+            writer: OnceLock::new(),
         };
         store.configure()?;
         Ok(store)
@@ -200,54 +181,73 @@ impl SqliteStore {
         self.write_as(Durability::PowerCut, f)
     }
 
-    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT` at the given durability.
+    /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT` at the given durability, on this
+    /// thread, with whatever writes other threads queued meanwhile (`group.rs`).
     ///
     /// `BEGIN IMMEDIATE`, `COMMIT` and `ROLLBACK` are cached statements, not
     /// `Connection::transaction`'s `execute_batch`, which parses each of them again on
     /// every write (issue 14: ~14k instructions a step). What is kept of
     /// `rusqlite::Transaction`: an error from `f` or from `COMMIT` (and a panic in
-    /// `f`) rolls the transaction back before the connection is unlocked.
+    /// `f`) rolls `f`'s writes back before the writer is unlocked.
     pub(super) fn write_as<T>(
         &self,
         durability: Durability,
         f: impl FnOnce(&Connection) -> Result<T>,
     ) -> Result<T> {
-        let conn = self.lock();
-        // After the connection's own lock: a thread never holds the gate while it
-        // waits for its connection (and a poisoned gate guards nothing).
-        let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-        // SQLite refuses to change the level inside a transaction, so it is set here,
-        // before BEGIN, and only when it differs from the last write's.
-        let full = durability == Durability::PowerCut;
-        if self.sync_full.load(Ordering::Relaxed) != full {
-            let pragma = if full {
-                "PRAGMA synchronous = FULL"
-            } else {
-                "PRAGMA synchronous = NORMAL"
-            };
-            run_cached(&conn, pragma).map_err(|e| self.classify(e))?;
-            self.sync_full.store(full, Ordering::Relaxed);
+        let classify = |e| self.classify(e);
+        self.writer()?
+            .write(durability, self.busy_timeout, &classify, f)
+    }
+
+    /// [`SqliteStore::write_as`] for a write that owns what it writes, so that another
+    /// thread committing at the time can take it into its transaction: the step path's
+    /// writes, where a worker's threads would otherwise queue for one fsync each.
+    pub(super) fn write_grouped<T, F>(&self, durability: Durability, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let classify = |e| self.classify(e);
+        self.writer()?
+            .write_grouped(durability, self.busy_timeout, &classify, f)
+    }
+
+    /// The process's writer to this file, opened (or joined) on first use.
+    pub(super) fn writer(&self) -> Result<&Arc<Writer>> {
+        if let Some(writer) = self.writer.get() {
+            return Ok(writer);
         }
-        // BEGIN IMMEDIATE takes the write lock up front, so it is the one place a
-        // write waits for another process (and times out as `Locked`).
-        run_cached(&conn, "BEGIN IMMEDIATE").map_err(|e| self.classify(e))?;
-        let open = OpenTransaction(&conn);
-        let value = f(&conn)?;
-        run_cached(&conn, "COMMIT").map_err(|e| self.classify(e))?;
-        drop(open);
-        Ok(value)
+        let writer = group::writer_for(&self.path, self.vfs.as_deref(), || self.open_writer())
+            .map_err(|e| self.classify(e))?;
+        Ok(self.writer.get_or_init(|| writer))
+    }
+
+    /// A second connection to the file, set up for writing (the file is already
+    /// checked and migrated by this store's own).
+    fn open_writer(&self) -> rusqlite::Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = match &self.vfs {
+            None => Connection::open_with_flags(&self.path, flags),
+            Some(vfs) => Connection::open_with_flags_and_vfs(&self.path, flags, vfs.as_str()),
+        }?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        conn.busy_timeout(self.busy_timeout)?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.pragma_update(None, "secure_delete", "ON")?;
+        Ok(conn)
     }
 }
 
 /// Runs one statement that returns no rows through the connection's statement cache.
-fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+pub(super) fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.raw_execute().map(drop)
 }
 
 /// An open write transaction: rolled back when dropped unless it was committed (an
 /// error or a panic between `BEGIN` and a successful `COMMIT`), as
 /// `rusqlite::Transaction`'s default drop behaviour does.
-struct OpenTransaction<'c>(&'c Connection);
+pub(super) struct OpenTransaction<'c>(pub(super) &'c Connection);
 
 impl Drop for OpenTransaction<'_> {
     fn drop(&mut self) {

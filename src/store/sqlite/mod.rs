@@ -39,6 +39,7 @@ mod check;
 mod conn;
 mod escalations;
 mod fork;
+mod group;
 mod journal;
 mod migrations;
 mod outbox;

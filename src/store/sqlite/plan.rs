@@ -14,13 +14,15 @@ use crate::store::plan::{Counters, NewRunRow, Plan, Write};
 use rusqlite::{Connection, params};
 
 impl SqliteStore {
-    /// Runs `plan` in one transaction at `durability`; returns the escalation it queued.
+    /// Runs `plan` in a transaction at `durability` — its own, or one shared with
+    /// other threads' writes (group commit, `group.rs`); returns the escalation it
+    /// queued.
     pub(crate) fn run_plan(
         &self,
         durability: Durability,
-        plan: &Plan,
+        plan: Plan,
     ) -> Result<Option<EscalationId>> {
-        self.write_as(durability, |tx| apply(tx, plan))
+        self.write_grouped(durability, move |tx| apply(tx, &plan))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::conn::SqliteStore;
 use crate::records::RunId;
-use crate::store::durability::now_ms;
+use crate::store::durability::{Durability, now_ms};
 use crate::store::error::Result;
 use crate::store::lease::Lease;
 use rusqlite::{OptionalExtension, params};
@@ -17,7 +17,8 @@ impl SqliteStore {
     pub fn claim(&self, worker: &str, ttl: std::time::Duration) -> Result<Option<Lease>> {
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let me = std::process::id() as i64;
-        self.write(|tx| {
+        let worker = worker.to_owned();
+        self.write_grouped(Durability::PowerCut, move |tx| {
             // Read once the write lock is held: a time taken before waiting for it
             // would judge leases by a stale clock and stamp the claim already old.
             let now = now_ms();

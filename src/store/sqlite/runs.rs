@@ -50,7 +50,8 @@ impl SqliteStore {
 
     /// Gives the run up (the process is about to exit).
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        self.write(|tx| {
+        let lease = lease.clone();
+        self.write_grouped(Durability::PowerCut, move |tx| {
             tx.execute(
                 "UPDATE runs SET lease_pid = NULL, lease_worker = NULL WHERE id = ?1 AND lease_token = ?2",
                 params![lease.run.0, lease.token],
