@@ -87,26 +87,57 @@ pub fn payload(n: &Notice, public_url: Option<&str>) -> Value {
 /// Sends every pending event and marks each. Never fails: a store error ends the pass
 /// (the events stay pending for the next one).
 pub async fn deliver_pending(store: &Store) -> Pass {
-    let mut pass = Pass::default();
     let Ok(pending) = store.pending_notices(BATCH) else {
-        return pass;
+        return Pass::default();
     };
+    deliver(store, pending, |run| run_config(store, run)).await
+}
+
+/// Where a run's events go, as far as its driver knows.
+pub enum RunTargets {
+    /// The run's `[notify]` (`None`: it has none).
+    Known(Option<NotifyConfig>),
+    /// Not set up: read from its snapshot.
+    Unknown,
+}
+
+/// Sends the pending events of one run (a worker's slot, as the run it drove ends):
+/// only that run's, so hundreds of slots ending runs at once do not each pass over
+/// (and race to claim) everyone's; with its targets already known, no snapshot is
+/// parsed again (issue 23).
+pub async fn deliver_run(store: &Store, run: &RunId, targets: RunTargets) -> Pass {
+    let Ok(pending) = store.pending_notices_of(run, BATCH) else {
+        return Pass::default();
+    };
+    match targets {
+        RunTargets::Known(cfg) => deliver(store, pending, |_| cfg.clone()).await,
+        RunTargets::Unknown => deliver(store, pending, |run| run_config(store, run)).await,
+    }
+}
+
+async fn deliver(
+    store: &Store,
+    pending: Vec<Notice>,
+    mut config_of: impl FnMut(&RunId) -> Option<NotifyConfig>,
+) -> Pass {
+    let mut pass = Pass::default();
     let mut configs: HashMap<RunId, Option<NotifyConfig>> = HashMap::new();
     let mut failures: HashMap<String, u32> = HashMap::new();
     for n in pending {
         let cfg = configs
             .entry(n.run_id.clone())
-            .or_insert_with(|| run_config(store, &n.run_id))
+            .or_insert_with(|| config_of(&n.run_id))
             .clone();
-        // Another process passing over the outbox now may be sending it.
-        if !matches!(store.claim_notice(&n.id), Ok(true)) {
-            continue;
-        }
         let Some(cfg) = cfg.filter(|c| c.events.contains(&n.event)) else {
+            // Nothing to send, whoever looks: no claim needed to say so.
             let _ = store.mark_notice(&n.id, &Delivery::Skipped);
             pass.skipped += 1;
             continue;
         };
+        // Another process passing over the outbox now may be sending it.
+        if !matches!(store.claim_notice(&n.id), Ok(true)) {
+            continue;
+        }
         crate::fault::point("notify_after_commit");
         let body = payload(&n, cfg.public_url.as_deref());
         let mut errors = Vec::new();

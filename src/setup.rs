@@ -103,12 +103,25 @@ impl Snapshot {
     /// when it no longer parses).
     pub fn notify(&self) -> Option<crate::config::NotifyConfig> {
         let tools = config::parse(&self.tools_toml, Path::new(&self.tools_path)).ok()?;
-        tools.notify.or_else(|| {
-            let n = self.notify.as_ref()?;
-            config::notify_section(&n.toml, Path::new(&n.file), Path::new(&n.cwd))
-                .ok()
-                .flatten()
-        })
+        tools.notify.or_else(|| self.outside_notify())
+    }
+
+    /// The config file's `[notify]` the run began with.
+    fn outside_notify(&self) -> Option<crate::config::NotifyConfig> {
+        let n = self.notify.as_ref()?;
+        config::notify_section(&n.toml, Path::new(&n.file), Path::new(&n.cwd))
+            .ok()
+            .flatten()
+    }
+}
+
+impl Resolved {
+    /// [`Snapshot::notify`] without parsing tools.toml again.
+    pub fn notify(&self) -> Option<crate::config::NotifyConfig> {
+        self.tools
+            .notify
+            .clone()
+            .or_else(|| self.snapshot.outside_notify())
     }
 }
 

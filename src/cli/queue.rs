@@ -147,6 +147,7 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
             grace,
             until_idle: args.until_idle,
             pulses: pulses.clone(),
+            idle: tokio::sync::Mutex::new(()),
         },
         quiet: cli.quiet || cli.json,
     });

@@ -34,6 +34,8 @@ pub struct SlotConfig {
     pub until_idle: bool,
     /// The worker's one pulse for all its runs (heartbeats and cancels).
     pub pulses: Arc<Pulses>,
+    /// Held by the one idle slot asking the store for work (see [`run_slot`]).
+    pub idle: tokio::sync::Mutex<()>,
 }
 
 /// Threads (each with one store: an SQLite connection, or a handle on the PostgreSQL
@@ -91,17 +93,33 @@ pub async fn run_slot(
     mut shutdown: watch::Receiver<bool>,
     report: &(dyn Fn(&RunId, Report) + Sync),
 ) -> Result<(), StoreError> {
+    let mut idle = false;
     loop {
         if *shutdown.borrow() {
             return Ok(());
         }
+        // A slot that found nothing last time asks again only in its turn among the
+        // worker's idle slots, and holds the turn while it waits out the poll interval:
+        // the worker asks the store once per interval, not once per idle slot (issue
+        // 23: hundreds of idle slots polling took writes from the runs still going).
+        let turn = if idle {
+            tokio::select! {
+                turn = cfg.idle.lock() => Some(turn),
+                _ = shutdown.changed() => continue,
+            }
+        } else {
+            None
+        };
         let wait = match store.claim(&cfg.name, cfg.ttl) {
             Ok(Some(lease)) => {
+                drop(turn);
+                idle = false;
                 let id = lease.run.clone();
-                let report_of = drive_claimed(cfg, &store, lease, shutdown.clone()).await;
+                let (report_of, notify) = drive_claimed(cfg, &store, lease, shutdown.clone()).await;
                 // The run's events (escalations, its end) go out now, not when the
-                // worker exits (issue 24).
-                crate::notify::deliver_pending(&store).await;
+                // worker exits (issue 24); events other processes left are the
+                // command's passes at start and exit.
+                crate::notify::deliver_run(&store, &id, notify).await;
                 report(&id, report_of);
                 continue;
             }
@@ -109,10 +127,12 @@ pub async fn run_slot(
                 if cfg.until_idle && store.queue_counts()? == (0, 0) {
                     return Ok(());
                 }
+                idle = true;
                 cfg.poll
             }
             Err(e) => {
                 report(&RunId(String::new()), Report::ClaimFailed(e));
+                idle = true;
                 cfg.poll.max(Duration::from_secs(1))
             }
         };
@@ -120,6 +140,7 @@ pub async fn run_slot(
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
         }
+        drop(turn);
     }
 }
 
@@ -130,7 +151,7 @@ async fn drive_claimed(
     store: &Arc<Store>,
     lease: Lease,
     shutdown: watch::Receiver<bool>,
-) -> Report {
+) -> (Report, crate::notify::RunTargets) {
     let runner = match runner_for(store, &lease) {
         Ok(r) => r,
         Err(e) => {
@@ -139,9 +160,13 @@ async fn drive_claimed(
             let reason = format!("worker {} cannot set the run up: {e}", cfg.name);
             let _ = store.set_status(&lease, RunStatus::Failed, Some(&reason));
             let _ = store.release(&lease);
-            return Report::SetupFailed(reason);
+            return (
+                Report::SetupFailed(reason),
+                crate::notify::RunTargets::Unknown,
+            );
         }
     };
+    let notify = crate::notify::RunTargets::Known(runner.resolved.notify());
     let how = Lifecycle {
         heartbeat_every: (cfg.ttl / 4).max(Duration::from_millis(10)),
         stop_on: StopOn::Worker {
@@ -151,11 +176,12 @@ async fn drive_claimed(
             pulses: cfg.pulses.clone(),
         },
     };
-    match lifecycle::drive(&runner, how).await {
+    let report = match lifecycle::drive(&runner, how).await {
         Ok(o) => Report::Stopped(o),
         Err(RunError::Store(StoreError::LeaseLost(_))) => Report::TakenOver,
         Err(e) => Report::Error(e),
-    }
+    };
+    (report, notify)
 }
 
 fn runner_for(store: &Arc<Store>, lease: &Lease) -> Result<Runner, SnapshotError> {

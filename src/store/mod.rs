@@ -283,6 +283,8 @@ delegate! {
     fn mark_applied(&self, lease: &Lease, id: EscalationId) -> Result<()>;
     /// Pending notification events, oldest first (issue 24).
     fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>>;
+    /// One run's pending notification events, oldest first.
+    fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>>;
     /// Notification events that failed at least once (all with `all`), newest first.
     fn list_notices(&self, all: bool) -> Result<Vec<Notice>>;
     /// Takes a pending event for this process to send (false: it is not pending, or

@@ -73,6 +73,19 @@ impl PgStore {
         Ok(rows.iter().map(notice).collect())
     }
 
+    pub fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>> {
+        let (run, limit) = (run.0.clone(), i64::from(limit));
+        let rows = self.read(move |r| {
+            r.query(
+                "SELECT id, event, run_id, escalation_id, kind, summary, created_at, state, attempts,
+                    last_error FROM outbox WHERE state = 'pending' AND run_id = $1
+                    ORDER BY seq LIMIT $2",
+                &[&run, &limit],
+            )
+        })?;
+        Ok(rows.iter().map(notice).collect())
+    }
+
     pub fn list_notices(&self, all: bool) -> Result<Vec<Notice>> {
         let rows = self.read(move |r| {
             r.query(
@@ -124,7 +137,7 @@ impl PgStore {
                 )?,
                 Delivery::Skipped => {
                     tx.exec(
-                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = $1",
+                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = $1 AND state = 'pending'",
                     &[&id],
                 )?
                 }

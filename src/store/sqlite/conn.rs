@@ -212,6 +212,15 @@ impl SqliteStore {
             .write_grouped(durability, self.busy_timeout, &classify, f)
     }
 
+    /// The writer's connection, for a read made before every step. A store's own
+    /// connection drops its page cache whenever another has written, which in a busy
+    /// worker is before nearly every read (issue 23: ~30 page reads and the allocator
+    /// churn of refilling the cache, each step); the writer's cache stays warm. Short
+    /// reads only: writers wait meanwhile.
+    pub(super) fn hot_reader(&self) -> Result<MutexGuard<'_, group::WriterConn>> {
+        Ok(self.writer()?.lock_conn())
+    }
+
     /// The process's writer to this file, opened (or joined) on first use.
     pub(super) fn writer(&self) -> Result<&Arc<Writer>> {
         if let Some(writer) = self.writer.get() {

@@ -13,7 +13,8 @@ use rusqlite::{OptionalExtension, params};
 impl SqliteStore {
     /// The journaled model response for `step`, if the step was begun but not committed.
     pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
-        let conn = self.lock();
+        let writer = self.hot_reader()?;
+        let conn = &writer.conn;
         // Asked before every step (a fresh step finds nothing): a cached statement.
         let text: Option<String> = conn
             .prepare_cached("SELECT response FROM model_turns WHERE run_id = ?1 AND step = ?2")?

@@ -72,6 +72,17 @@ impl SqliteStore {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// One run's pending events, oldest first.
+    pub fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' AND run_id = ?1
+             ORDER BY seq LIMIT ?2"
+        ))?;
+        let rows = stmt.query_map(params![run.0, limit], row)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// Events that failed at least once (`all`: every event), newest first.
     pub fn list_notices(&self, all: bool) -> Result<Vec<Notice>> {
         let conn = self.lock();
@@ -123,7 +134,7 @@ impl SqliteStore {
                 )?,
                 Delivery::Skipped => {
                     tx.execute(
-                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = ?1",
+                    "UPDATE outbox SET state = 'skipped', claim_until = NULL WHERE id = ?1 AND state = 'pending'",
                     [id],
                 )?
                 }
