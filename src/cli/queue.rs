@@ -148,6 +148,8 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
             until_idle: args.until_idle,
             pulses: pulses.clone(),
             idle: tokio::sync::Mutex::new(()),
+            run_ended: tokio::sync::Notify::new(),
+            drained: std::sync::atomic::AtomicBool::new(false),
         },
         quiet: cli.quiet || cli.json,
     });

@@ -36,6 +36,11 @@ pub struct SlotConfig {
     pub pulses: Arc<Pulses>,
     /// Held by the one idle slot asking the store for work (see [`run_slot`]).
     pub idle: tokio::sync::Mutex<()>,
+    /// Told when a slot's run ends: with `until_idle`, the idle slot asks again then
+    /// instead of at its next poll.
+    pub run_ended: tokio::sync::Notify,
+    /// With `until_idle`: a slot found the queue empty, so every slot stops.
+    pub drained: std::sync::atomic::AtomicBool,
 }
 
 /// Threads (each with one store: an SQLite connection, or a handle on the PostgreSQL
@@ -121,10 +126,11 @@ pub async fn run_slot(
                 // command's passes at start and exit.
                 crate::notify::deliver_run(&store, &id, notify).await;
                 report(&id, report_of);
+                cfg.run_ended.notify_waiters();
                 continue;
             }
             Ok(None) => {
-                if cfg.until_idle && store.queue_counts()? == (0, 0) {
+                if cfg.until_idle && drained(cfg, &store)? {
                     return Ok(());
                 }
                 idle = true;
@@ -139,9 +145,21 @@ pub async fn run_slot(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => {}
+            _ = cfg.run_ended.notified(), if cfg.until_idle => {}
         }
         drop(turn);
     }
+}
+
+/// Whether the queue is empty (nothing queued, nothing running): once one slot has
+/// seen it, the others stop without asking again.
+fn drained(cfg: &SlotConfig, store: &Store) -> Result<bool, StoreError> {
+    use std::sync::atomic::Ordering;
+    if cfg.drained.load(Ordering::Relaxed) || store.queue_counts()? == (0, 0) {
+        cfg.drained.store(true, Ordering::Relaxed);
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Drives one claimed run through the lifecycle; the worker's shutdown stops it at
