@@ -239,7 +239,8 @@ impl SqliteStore {
             None => Connection::open_with_flags(&self.path, flags),
             Some(vfs) => Connection::open_with_flags_and_vfs(&self.path, flags, vfs.as_str()),
         }?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // Every write of the process (and the per-step reads) share it.
+        conn.set_prepared_statement_cache_capacity(2 * STATEMENT_CACHE);
         conn.busy_timeout(self.busy_timeout)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;

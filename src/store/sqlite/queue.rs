@@ -81,11 +81,13 @@ impl SqliteStore {
     /// How many queue runs are `queued` and `running` (held, or waiting for a takeover).
     pub fn queue_counts(&self) -> Result<(u64, u64)> {
         let conn = self.lock();
-        Ok(conn.query_row(
-            "SELECT COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'running'), 0)
-             FROM runs WHERE queue = 1 AND status IN ('queued', 'running')",
-            [],
-            |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
-        )?)
+        Ok(conn
+            .prepare_cached(
+                "SELECT COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'running'), 0)
+                 FROM runs WHERE queue = 1 AND status IN ('queued', 'running')",
+            )?
+            .query_row([], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+            })?)
     }
 }
