@@ -67,7 +67,7 @@ impl SqliteStore {
 
     /// The cancel asked for a run that is not finished, if any (the holder's pulse).
     pub fn cancel_request(&self, run: &RunId) -> Result<Option<CancelRequest>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(
             "SELECT cancel_by, cancel_reason, cancel_requested_at FROM runs
              WHERE id = ?1 AND cancel_requested_at IS NOT NULL
@@ -91,7 +91,7 @@ impl SqliteStore {
         }
         let ids = serde_json::Value::from(runs.iter().map(|r| r.0.as_str()).collect::<Vec<_>>())
             .to_string();
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(
             "SELECT id, cancel_by, cancel_reason, cancel_requested_at FROM runs
              WHERE id IN (SELECT value FROM json_each(?1)) AND cancel_requested_at IS NOT NULL
@@ -112,7 +112,7 @@ impl SqliteStore {
 
     /// Who cancelled a run, when and why (`runs show`); `None` if nobody asked.
     pub fn cancel_info(&self, run: &RunId) -> Result<Option<CancelRequest>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(
             "SELECT cancel_by, cancel_reason, cancel_requested_at FROM runs
              WHERE id = ?1 AND cancel_requested_at IS NOT NULL",

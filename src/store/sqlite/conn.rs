@@ -17,7 +17,8 @@ const STATEMENT_CACHE: usize = 64;
 
 pub struct SqliteStore {
     pub(super) path: PathBuf,
-    /// This store's connection, for reads; writes go through [`SqliteStore::writer`].
+    /// This store's own connection, which checks and migrates the file on open;
+    /// reads and writes then go through [`SqliteStore::writer`].
     pub(super) conn: Mutex<Connection>,
     pub(super) busy_timeout: Duration,
     /// See [`LEASE_TTL_MS`]; injectable so expiry is tested without waiting.
@@ -99,7 +100,7 @@ impl SqliteStore {
     /// Replaces the busy timeout ([`BUSY_TIMEOUT`]): how long a write waits for
     /// another process's lock before failing with [`StoreError::Locked`].
     pub fn with_busy_timeout(mut self, timeout: Duration) -> Result<SqliteStore> {
-        self.lock()
+        self.own()
             .busy_timeout(timeout)
             .map_err(|e| self.classify(e))?;
         self.busy_timeout = timeout;
@@ -113,7 +114,7 @@ impl SqliteStore {
     }
 
     fn configure(&self) -> Result<()> {
-        let conn = self.lock();
+        let conn = self.own();
         let classify = |e: rusqlite::Error| match self.classify(e) {
             StoreError::Sqlite(e) => StoreError::Open {
                 path: self.path.clone(),
@@ -170,10 +171,20 @@ impl SqliteStore {
         }
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+    /// This store's own connection: where the file is checked and migrated on open.
+    fn own(&self) -> MutexGuard<'_, Connection> {
         // Poisoning means a panic elsewhere while holding the lock; SQLite rolled back
         // whatever transaction was open, so the connection itself is still usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection reads go through: the process's writer's. A connection drops
+    /// its page cache whenever another has written, which in a busy worker is before
+    /// nearly every read (issue 23: ~30 page reads a step, and the allocator churn of
+    /// refilling the cache); the writer's stays warm. Reads wait while a write
+    /// commits, as they would for the file's lock anyway.
+    pub(super) fn lock(&self) -> Result<Reader<'_>> {
+        Ok(Reader(self.writer()?.lock_conn()))
     }
 
     /// Runs `f` inside `BEGIN IMMEDIATE … COMMIT`, durable against a power cut.
@@ -212,15 +223,6 @@ impl SqliteStore {
             .write_grouped(durability, self.busy_timeout, &classify, f)
     }
 
-    /// The writer's connection, for a read made before every step. A store's own
-    /// connection drops its page cache whenever another has written, which in a busy
-    /// worker is before nearly every read (issue 23: ~30 page reads and the allocator
-    /// churn of refilling the cache, each step); the writer's cache stays warm. Short
-    /// reads only: writers wait meanwhile.
-    pub(super) fn hot_reader(&self) -> Result<MutexGuard<'_, group::WriterConn>> {
-        Ok(self.writer()?.lock_conn())
-    }
-
     /// The process's writer to this file, opened (or joined) on first use.
     pub(super) fn writer(&self) -> Result<&Arc<Writer>> {
         if let Some(writer) = self.writer.get() {
@@ -246,6 +248,17 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.pragma_update(None, "secure_delete", "ON")?;
         Ok(conn)
+    }
+}
+
+/// A locked connection for reads ([`SqliteStore::lock`]).
+pub(super) struct Reader<'a>(MutexGuard<'a, group::WriterConn>);
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.0.conn
     }
 }
 

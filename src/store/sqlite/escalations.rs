@@ -11,7 +11,7 @@ use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
     pub fn escalation(&self, id: EscalationId) -> Result<EscalationRow> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.query_row(
             &format!("SELECT {ESCALATION_COLUMNS} FROM escalations WHERE id = ?1"),
             [id.0],
@@ -39,7 +39,7 @@ impl SqliteStore {
     }
 
     fn query_escalations(&self, sql: &str, p: impl rusqlite::Params) -> Result<Vec<EscalationRow>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(sql)?;
         let rows = stmt.query_map(p, escalation_row)?;
         let mut out = Vec::new();

@@ -333,7 +333,7 @@ mod tests {
     }
 
     fn rows(store: &SqliteStore) -> Vec<String> {
-        let conn = store.lock();
+        let conn = store.lock().unwrap();
         let mut q = conn.prepare("SELECT v FROM t ORDER BY v").unwrap();
         q.query_map([], |r| r.get(0))
             .unwrap()

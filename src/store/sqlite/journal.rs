@@ -13,8 +13,7 @@ use rusqlite::{OptionalExtension, params};
 impl SqliteStore {
     /// The journaled model response for `step`, if the step was begun but not committed.
     pub fn model_turn(&self, run: &RunId, step: u32) -> Result<Option<ModelResponse>> {
-        let writer = self.hot_reader()?;
-        let conn = &writer.conn;
+        let conn = self.lock()?;
         // Asked before every step (a fresh step finds nothing): a cached statement.
         let text: Option<String> = conn
             .prepare_cached("SELECT response FROM model_turns WHERE run_id = ?1 AND step = ?2")?
@@ -26,7 +25,7 @@ impl SqliteStore {
 
     /// The last committed step and loop state JSON.
     pub fn checkpoint(&self, run: &RunId) -> Result<(u32, String)> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.query_row(
             "SELECT step, state FROM checkpoints WHERE run_id = ?1",
             [&run.0],
@@ -54,7 +53,7 @@ impl SqliteStore {
         run: &RunId,
         mut f: impl FnMut(StoredMessage) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = db(conn.prepare_cached(concat!(
             "SELECT ",
             message_columns!(),
@@ -72,7 +71,7 @@ impl SqliteStore {
     /// primary key, one from each end, so a resume that keeps only its last steps reads
     /// the same few rows however long the run (issue 14).
     pub fn opening_and_since(&self, run: &RunId, from: u32) -> Result<Vec<StoredMessage>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut out = Vec::new();
         let mut head = conn.prepare_cached(concat!(
             "SELECT ",
@@ -116,7 +115,7 @@ impl SqliteStore {
         after: i64,
         limit: u32,
     ) -> Result<Vec<StoredMessage>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(concat!(
             "SELECT ",
             message_columns!(),
@@ -139,7 +138,7 @@ impl SqliteStore {
         after: i64,
         limit: u32,
     ) -> Result<Vec<(i64, StoredEvent)>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(concat!(
             "SELECT ",
             event_columns!(),
@@ -202,7 +201,7 @@ impl SqliteStore {
         steps: std::ops::RangeInclusive<u32>,
         mut f: impl FnMut(JournalEntry) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = db(conn.prepare_cached(concat!(
             "SELECT ",
             journal_columns!(),
@@ -231,7 +230,7 @@ impl SqliteStore {
         run: &RunId,
         mut f: impl FnMut(StoredEvent) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = db(conn.prepare_cached(concat!(
             "SELECT ",
             event_columns!(),
@@ -249,7 +248,7 @@ impl SqliteStore {
     /// The trace events stored under one step, in order: where a resumed run finds the
     /// hooks' decisions for the step's calls (issue 26).
     pub fn events_of_step(&self, run: &RunId, step: u32) -> Result<Vec<StoredEvent>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(concat!(
             "SELECT ",
             event_columns!(),

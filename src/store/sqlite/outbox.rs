@@ -64,7 +64,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Notice> {
 impl SqliteStore {
     /// Pending events, oldest first.
     pub fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?1"
         ))?;
@@ -74,7 +74,7 @@ impl SqliteStore {
 
     /// One run's pending events, oldest first.
     pub fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' AND run_id = ?1
              ORDER BY seq LIMIT ?2"
@@ -85,7 +85,7 @@ impl SqliteStore {
 
     /// Events that failed at least once (`all`: every event), newest first.
     pub fn list_notices(&self, all: bool) -> Result<Vec<Notice>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM outbox WHERE ?1 OR state = 'failed' OR last_error IS NOT NULL
              ORDER BY seq DESC"

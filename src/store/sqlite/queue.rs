@@ -80,7 +80,7 @@ impl SqliteStore {
 
     /// How many queue runs are `queued` and `running` (held, or waiting for a takeover).
     pub fn queue_counts(&self) -> Result<(u64, u64)> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         Ok(conn
             .prepare_cached(
                 "SELECT COALESCE(SUM(status = 'queued'), 0), COALESCE(SUM(status = 'running'), 0)

@@ -114,7 +114,7 @@ impl SqliteStore {
     }
 
     pub fn run(&self, id: &RunId) -> Result<RunRow> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.query_row(
             &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
             [&id.0],
@@ -126,7 +126,7 @@ impl SqliteStore {
 
     /// The run's config snapshot JSON, as stored at start.
     pub fn snapshot(&self, id: &RunId) -> Result<String> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         conn.query_row(
             "SELECT snapshot FROM run_snapshots WHERE run_id = ?1",
             [&id.0],
@@ -138,7 +138,7 @@ impl SqliteStore {
 
     /// The run's scripts by model spec.
     pub fn scripts(&self, id: &RunId) -> Result<BTreeMap<String, String>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt =
             conn.prepare_cached("SELECT spec, text FROM run_scripts WHERE run_id = ?1")?;
         let rows = stmt.query_map([&id.0], |r| Ok((r.get(0)?, r.get(1)?)))?;
@@ -148,7 +148,7 @@ impl SqliteStore {
     /// The `models` of the run's config snapshot (a JSON array), picked out by
     /// SQLite's JSON functions: `runs show` needs only this from it (issue 14).
     pub fn snapshot_models(&self, id: &RunId) -> Result<Option<String>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let models: Option<Option<String>> = conn
             .prepare_cached(
                 "SELECT json_extract(snapshot, '$.models') FROM run_snapshots WHERE run_id = ?1",
@@ -160,7 +160,7 @@ impl SqliteStore {
 
     /// Resolves a full id or a unique prefix of one.
     pub fn find_run(&self, prefix: &str) -> Result<RunId> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let Some(pattern) = RunId::prefix_pattern(prefix) else {
             return Err(StoreError::RunNotFound(prefix.to_string()));
         };
@@ -184,7 +184,7 @@ impl SqliteStore {
 
     /// The child run started by the call with idempotency key `key`, if any.
     pub fn child_by_key(&self, key: &str) -> Result<Option<RunRow>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let row = conn
             .query_row(
                 &format!("SELECT {RUN_COLUMNS} FROM runs WHERE child_key = ?1"),
@@ -197,7 +197,7 @@ impl SqliteStore {
 
     /// A run's child runs, oldest first.
     pub fn children(&self, parent: &RunId) -> Result<Vec<RunRow>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE parent_run = ?1 ORDER BY created_at, rowid"
         ))?;
@@ -225,7 +225,7 @@ impl SqliteStore {
         status: Option<RunStatus>,
         limit: Option<u32>,
     ) -> Result<Vec<RunRow>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(RECENT_RUNS)?;
         let limit = limit.map_or(-1, i64::from);
         let rows = stmt.query_map(params![status.map(RunStatus::as_str), limit], run_row)?;
@@ -239,7 +239,7 @@ impl SqliteStore {
     /// SQLite's plan for [`SqliteStore::recent_runs`], one line per step: for tests that
     /// pin that it reads the index in order rather than sorting the table.
     pub fn recent_runs_plan(&self) -> Result<Vec<String>> {
-        let conn = self.lock();
+        let conn = self.lock()?;
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {RECENT_RUNS}"))?;
         let rows = stmt.query_map(params![Option::<&str>::None, 20], |r| r.get::<_, String>(3))?;
         Ok(rows.collect::<std::result::Result<_, _>>()?)

@@ -64,9 +64,7 @@ impl SqliteStore {
     }
 
     fn sent_where(&self, run: &RunId, filter: &str) -> Result<Vec<SentMessage>> {
-        // Asked before every step: see `hot_reader`.
-        let writer = self.hot_reader()?;
-        let conn = &writer.conn;
+        let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {SENT_COLUMNS} WHERE run_id = ?1{filter} ORDER BY id"
         ))?;
