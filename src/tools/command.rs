@@ -598,17 +598,36 @@ mod descendants {
     mod tests {
         use super::*;
 
+        /// A `sleep` carrying `AGENTRUN_CALL_ID=key` whose parent has exited: an orphan
+        /// handed to this process (a subreaper, as agentrun is).
+        fn orphan(key: &str) -> i32 {
+            become_subreaper();
+            let out = std::process::Command::new("sh")
+                .args(["-c", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!"])
+                .env("AGENTRUN_CALL_ID", key)
+                .output()
+                .expect("sh");
+            let pid = String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .expect("pid");
+            // Past its execve: its environment is in place.
+            assert!((0..10_000).any(|_| carries(pid, key)));
+            pid
+        }
+
+        fn kill_and_reap(pid: i32) {
+            // SAFETY: kill(2) and waitpid(2) with plain integers and a null status.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+
         #[test]
         fn another_calls_running_tool_is_passed_by_until_it_is_reaped() {
-            let mut child = std::process::Command::new("sleep")
-                .arg("30")
-                .env("AGENTRUN_CALL_ID", "r:s:mine")
-                .spawn()
-                .expect("sleep");
-            let pid = i32::try_from(child.id()).expect("pid");
-            // Past its execve (see the test below).
-            assert!((0..10_000).any(|_| carries(pid, "r:s:mine")));
-            let theirs = Spawned::new(Some(child.id()), "r:s:theirs");
+            let pid = orphan("r:s:mine");
+            let theirs = Spawned::new(Some(pid as u32), "r:s:theirs");
             assert!(others("r:s:mine").contains(&pid));
             assert!(!others("r:s:theirs").contains(&pid), "not for its own call");
             // Even carrying this call's id, a tool another call started is not this
@@ -616,33 +635,37 @@ mod descendants {
             assert_eq!(freeze(None, None, "r:s:mine"), Vec::<i32>::new());
             drop(theirs);
             assert!(!others("r:s:mine").contains(&pid));
-            // (A scan can miss a child while other tests spawn theirs: the kernel's
-            // children lists are read thread by thread.)
-            let found = (0..50)
-                .map(|_| freeze(None, None, "r:s:mine"))
-                .find(|f| !f.is_empty());
-            assert_eq!(found, Some(vec![pid]), "an orphan again");
-            let _ = child.kill();
-            let _ = child.wait();
+            assert_eq!(freeze(None, None, "r:s:mine"), vec![pid], "an orphan again");
+            kill_and_reap(pid);
         }
 
         #[test]
-        fn both_ways_of_reading_the_tree_find_a_child_and_its_call_id() {
-            let mut child = std::process::Command::new("sleep")
-                .arg("30")
-                .env("AGENTRUN_CALL_ID", "r:s:unit-test")
-                .spawn()
-                .expect("sleep");
-            let pid = i32::try_from(child.id()).expect("pid");
+        fn both_ways_of_reading_the_tree_find_an_orphan_and_its_call_id() {
+            let pid = orphan("r:s:unit-test");
             let me = me();
             assert!(Tree::now().children(me).contains(&pid));
             assert!(Tree::Table(table()).children(me).contains(&pid));
-            // Right after the spawn the child may still be inside execve, its new
-            // environment not yet in place: polled, bounded.
-            assert!((0..10_000).any(|_| carries(pid, "r:s:unit-test")));
             assert!(!carries(pid, "r:s:unit"));
+            kill_and_reap(pid);
+        }
+
+        #[test]
+        fn orphans_are_handed_to_the_main_thread_which_alone_is_read() {
+            // Spawned from this (test) thread, a child is this thread's, and not one
+            // the scan of agentrun's own children sees: what agentrun starts itself is
+            // never a leftover; orphans go to the main thread, whose list is read.
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("sleep");
+            let direct = i32::try_from(child.id()).expect("pid");
+            let pid = orphan("r:s:main");
+            let seen = Tree::now().children(me());
+            assert!(seen.contains(&pid), "{seen:?}");
+            assert!(!seen.contains(&direct), "{seen:?}");
             let _ = child.kill();
             let _ = child.wait();
+            kill_and_reap(pid);
         }
     }
 }

@@ -591,3 +591,70 @@ fn an_event_a_crash_left_pending_goes_out_with_the_next_process_whichever_it_is(
         );
     }
 }
+
+#[test]
+fn a_worker_sends_a_run_s_end_as_it_ends_and_marks_a_run_without_targets_skipped() {
+    let hook = Receiver::start(200);
+    let p = Project::on(&Db::Sqlite);
+    p.write(
+        "notify.toml",
+        &format!(
+            "[notify]\nwebhook = \"{}\"\nevents = [\"run_ended\"]\n",
+            hook.url()
+        ),
+    );
+    p.write("quiet.toml", "");
+    p.model_script(json!([{"text": "done", "usage": {"input": 10, "output": 2}}]));
+    p.task("max_steps = 3", "Say done.");
+    let submit = |tools: &str| {
+        let v = p
+            .run(&["submit", "task.md", "--tools", tools, "--json"])
+            .expect_code(0)
+            .json();
+        v["run_id"].as_str().expect("run_id").to_string()
+    };
+    let told = submit("notify.toml");
+    let quiet = submit("quiet.toml");
+    let mut worker = p
+        .command(&["worker", "--poll", "20ms", "--concurrency", "2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let states = || -> BTreeMap<String, String> {
+        let list = p
+            .run(&["notify", "list", "--all", "--json"])
+            .expect_code(0)
+            .json();
+        let rows = list.as_array().expect("array").clone();
+        rows.iter()
+            .map(|n| {
+                (
+                    n["run_id"].as_str().unwrap_or_default().to_string(),
+                    n["state"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let want = BTreeMap::from([
+        (told.clone(), "delivered".to_string()),
+        (quiet.clone(), "skipped".to_string()),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // While the worker keeps running (it is not `--until-idle`): each run's event is
+    // dealt with as the run ends, not when the worker exits.
+    while states() != want {
+        assert!(
+            worker.try_wait().expect("wait").is_none(),
+            "the worker exited"
+        );
+        assert!(std::time::Instant::now() < deadline, "{:?}", states());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    let got = hook.got();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].1["event"], "run_ended");
+    assert_eq!(got[0].1["run_id"], told.as_str());
+}
