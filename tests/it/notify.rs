@@ -594,8 +594,14 @@ fn an_event_a_crash_left_pending_goes_out_with_the_next_process_whichever_it_is(
 
 #[test]
 fn a_worker_sends_a_run_s_end_as_it_ends_and_marks_a_run_without_targets_skipped() {
+    for db in backends() {
+        worker_deals_with_each_run_s_end(&db);
+    }
+}
+
+fn worker_deals_with_each_run_s_end(db: &Db) {
     let hook = Receiver::start(200);
-    let p = Project::on(&Db::Sqlite);
+    let p = Project::on(db);
     p.write(
         "notify.toml",
         &format!(
