@@ -7,10 +7,10 @@
 //! Why not a thread per slot (issue 23): a slot spends its run waiting on the model,
 //! so a thread, a runtime and a database connection per slot bought nothing but
 //! memory — about 700 KiB per run in flight, and a PostgreSQL connection per run.
-//! Slots on one thread share its store: on SQLite a connection of the thread's own,
-//! on PostgreSQL the process's bounded pool (`--db-pool`), which every thread and the
-//! pulse borrow from one call at a time — a worker never holds more connections than
-//! the pool, however many slots. A store call blocks that thread's other slots for
+//! Slots on one thread share its store: on SQLite the process's one connection to the
+//! file (group commit, `store/sqlite/group.rs`), on PostgreSQL the process's bounded
+//! pool (`--db-pool`), which every thread and the pulse borrow from one call at a
+//! time — a worker never holds more connections than the pool, however many slots. A store call blocks that thread's other slots for
 //! its duration, a fraction of a millisecond.
 
 use super::lifecycle::{self, Lifecycle, StopOn};
