@@ -62,23 +62,19 @@ fn notice(r: &Row) -> Notice {
 
 impl PgStore {
     pub fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>> {
-        let limit = i64::from(limit);
-        let rows = self.read(move |r| {
-            r.query(
-                "SELECT id, event, run_id, escalation_id, kind, summary, created_at, state, attempts,
-                    last_error FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT $1",
-                &[&limit],
-            )
-        })?;
-        Ok(rows.iter().map(notice).collect())
+        self.pending(None, limit)
     }
 
     pub fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>> {
-        let (run, limit) = (run.0.clone(), i64::from(limit));
+        self.pending(Some(run), limit)
+    }
+
+    fn pending(&self, run: Option<&RunId>, limit: u32) -> Result<Vec<Notice>> {
+        let (run, limit) = (run.map(|r| r.0.clone()), i64::from(limit));
         let rows = self.read(move |r| {
             r.query(
                 "SELECT id, event, run_id, escalation_id, kind, summary, created_at, state, attempts,
-                    last_error FROM outbox WHERE state = 'pending' AND run_id = $1
+                    last_error FROM outbox WHERE state = 'pending' AND ($1::text IS NULL OR run_id = $1)
                     ORDER BY seq LIMIT $2",
                 &[&run, &limit],
             )

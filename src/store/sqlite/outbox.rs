@@ -64,22 +64,21 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Notice> {
 impl SqliteStore {
     /// Pending events, oldest first.
     pub fn pending_notices(&self, limit: u32) -> Result<Vec<Notice>> {
-        let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' ORDER BY seq LIMIT ?1"
-        ))?;
-        let rows = stmt.query_map([limit], row)?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        self.pending(None, limit)
     }
 
     /// One run's pending events, oldest first.
     pub fn pending_notices_of(&self, run: &RunId, limit: u32) -> Result<Vec<Notice>> {
+        self.pending(Some(run), limit)
+    }
+
+    fn pending(&self, run: Option<&RunId>, limit: u32) -> Result<Vec<Notice>> {
         let conn = self.lock()?;
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' AND run_id = ?1
+            "SELECT {COLUMNS} FROM outbox WHERE state = 'pending' AND (?1 IS NULL OR run_id = ?1)
              ORDER BY seq LIMIT ?2"
         ))?;
-        let rows = stmt.query_map(params![run.0, limit], row)?;
+        let rows = stmt.query_map(params![run.map(|r| r.as_str()), limit], row)?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
