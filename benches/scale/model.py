@@ -8,8 +8,10 @@ per run — the request says how far its run is — so any number of runs can sh
 
     model.py PORT DELAY CALLS LOG
 
-Each answered request appends "arrival_ms answered_ms" to LOG (written when the
-server gets SIGTERM), from which the bench computes turns/s and the turns in flight.
+Each answered request appends "arrival_ms answered_ms peer_port" to LOG (written
+when the server gets SIGTERM), from which the bench computes turns/s, the turns in
+flight and, per connection (a run keeps its own), the gap between an answer and the
+run's next request: what agentrun adds to each turn.
 Plain asyncio and byte counting keep its own CPU small next to the worker's.
 """
 import asyncio
@@ -46,6 +48,7 @@ def answer(body: bytes) -> bytes:
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    peer = writer.get_extra_info("peername")[1]
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -60,7 +63,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                          b"content-length: %d\r\n\r\n%s" % (len(out), out))
             await writer.drain()
-            times.append((arrived, time.time()))
+            times.append((arrived, time.time(), peer))
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     finally:
@@ -75,8 +78,8 @@ async def main():
     await stop.wait()
     server.close()
     with open(LOG, "w") as f:
-        for a, b in times:
-            f.write(f"{a * 1000:.1f} {b * 1000:.1f}\n")
+        for a, b, peer in times:
+            f.write(f"{a * 1000:.1f} {b * 1000:.1f} {peer}\n")
 
 
 asyncio.run(main())

@@ -87,7 +87,8 @@ class Case:
     def stop_model(self):
         self.model.terminate()
         self.model.wait()
-        return [tuple(map(float, line.split())) for line in open(self.model_log)]
+        return [(float(a), float(b), int(p)) for a, b, p in
+                (line.split() for line in open(self.model_log))]
 
     def submit(self):
         def one(_):
@@ -135,8 +136,28 @@ def setup(work):
                 '+++\nCall t until it is done.\n')
 
 
-def time_case(work, backend, n):
-    case = Case(work, backend, n, f"{backend}{n}")
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, len(values) * p // 100)] if values else float("nan")
+
+
+def turn_gaps(turns):
+    """Per connection (each run keeps its own): ms from an answer to the run's next
+    request — agentrun's own time per turn — and each run's first request."""
+    by_peer = {}
+    for a, b, peer in turns:
+        by_peer.setdefault(peer, []).append((a, b))
+    gaps, firsts = [], []
+    for seq in by_peer.values():
+        seq.sort()
+        firsts.append(seq[0][0])
+        gaps += [nxt[0] - prev[1] for prev, nxt in zip(seq, seq[1:])]
+    return gaps, firsts
+
+
+def time_case(work, backend, n, pass_no):
+    # Its own database per pass: `run.py 500 500` times the same size twice.
+    case = Case(work, backend, n, f"{backend}{n}_{pass_no}")
     case.start_model()
     case.submit()
     before = load()
@@ -144,7 +165,7 @@ def time_case(work, backend, n):
             "--poll", POLL]
     err_path = os.path.join(work, f"{case.label}.worker.err")
     err = open(err_path, "w")
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     proc = subprocess.Popen(args, cwd=work, env=case.env, stderr=err,
                             stdout=subprocess.DEVNULL)
     peak_conns, next_pg = 0, 0.0
@@ -171,11 +192,12 @@ def time_case(work, backend, n):
     done = sum(1 for r in runs if r["status"] == "completed")
     steps = sum(r["steps"] for r in runs)
     # Turns in flight: the most requests the model held at once.
-    edges = sorted([(a, 1) for a, _ in turns] + [(b, -1) for _, b in turns])
+    edges = sorted([(a, 1) for a, _, _ in turns] + [(b, -1) for _, b, _ in turns])
     inflight = peak_inflight = 0
     for _, d in edges:
         inflight += d
         peak_inflight = max(peak_inflight, inflight)
+    gaps, firsts = turn_gaps(turns)
     ideal = (CALLS + 1) * DELAY
     return {
         "case": f"{'SQLite' if backend == 'sqlite' else 'PostgreSQL'}, {n} runs",
@@ -185,6 +207,8 @@ def time_case(work, backend, n):
         "cpu_user": usage.ru_utime, "cpu_sys": usage.ru_stime,
         "peak_rss_kib": usage.ru_maxrss, "per_run_kib": usage.ru_maxrss / n,
         "peak_inflight": peak_inflight,
+        "gap_ms": (pct(gaps, 50), pct(gaps, 90), pct(gaps, 99)),
+        "first_s": (pct(firsts, 50) - started * 1000) / 1000,
         "heartbeats_s": (int(hb[1]) / wall) if hb else None,
         "pg_conns": peak_conns if backend == "pg" else None,
         "load": f"{before} → {after}",
@@ -236,14 +260,15 @@ def main():
              f"lease TTL {TTL}, poll {POLL}; {os.cpu_count()} cores.", "",
              "| case | completed | model turns | wall s | turns/s | ideal turns/s | of ideal "
              "| CPU user+sys s | peak RSS MiB | KiB per run in flight | turns in flight "
-             "(peak) | heartbeat writes/s | PG connections | load (1/5/15 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "(peak) | first request s (median) | turn gap ms (p50/p90/p99) | heartbeat writes/s "
+             "| PG connections | load (1/5/15 min) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     marginal = []
     try:
         for backend in backends:
             peaks = {}
-            for n in sizes:
-                r = time_case(work, backend, n)
+            for pass_no, n in enumerate(sizes):
+                r = time_case(work, backend, n, pass_no)
                 peaks[n] = r["peak_rss_kib"]
                 hb = "n/a" if r["heartbeats_s"] is None else f"{r['heartbeats_s']:.2f}"
                 conns = "—" if r["pg_conns"] is None else str(r["pg_conns"])
@@ -251,7 +276,9 @@ def main():
                        f"| {r['turns_s']:.0f} | {r['ideal']:.0f} | {100 * r['of_ideal']:.0f}% "
                        f"| {r['cpu_user']:.1f}+{r['cpu_sys']:.1f} "
                        f"| {r['peak_rss_kib'] / 1024:.1f} | {r['per_run_kib']:.0f} "
-                       f"| {r['peak_inflight']} | {hb} | {conns} | {r['load']} |")
+                       f"| {r['peak_inflight']} | {r['first_s']:.2f} "
+                       f"| {'/'.join(f'{g:.0f}' for g in r['gap_ms'])} "
+                       f"| {hb} | {conns} | {r['load']} |")
                 print(row, "exit", r["exit"], r["stderr_tail"], flush=True)
                 lines.append(row)
             if len(peaks) > 1:

@@ -316,6 +316,12 @@ mod tests {
     /// The streamed `runs show --json` is byte for byte the one built in memory.
     #[test]
     fn streamed_run_detail_is_the_same_bytes_as_the_built_one() {
+        fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(f)
+        }
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("a.db"), true).unwrap();
         let opening = [Message::text(Role::User, "task")];
@@ -363,8 +369,7 @@ mod tests {
                 message: None,
                 at_ms: None,
             };
-            store
-                .record_model_turn(&lease, step, &response, std::slice::from_ref(&event))
+            wait(store.record_model_turn(&lease, step, &response, std::slice::from_ref(&event)))
                 .unwrap();
             let record = CallRecord {
                 call_id: id.clone(),
@@ -378,25 +383,24 @@ mod tests {
                 response.message.clone(),
                 Message::tool_result(&id, record.result.clone(), false),
             ];
-            store
-                .commit_step(
-                    &lease,
-                    &StepCommit {
-                        step,
-                        messages: &messages,
-                        state: "{}",
-                        input_tokens: u64::from(step),
-                        output_tokens: u64::from(step),
-                        cost_usd: 0.0,
-                        status: RunStatus::Running,
-                        answer: None,
-                        error: None,
-                        outcome: Some(&record),
-                        events: &[event],
-                        escalation: None,
-                    },
-                )
-                .unwrap();
+            wait(store.commit_step(
+                &lease,
+                &StepCommit {
+                    step,
+                    messages: &messages,
+                    state: "{}",
+                    input_tokens: u64::from(step),
+                    output_tokens: u64::from(step),
+                    cost_usd: 0.0,
+                    status: RunStatus::Running,
+                    answer: None,
+                    error: None,
+                    outcome: Some(&record),
+                    events: &[event],
+                    escalation: None,
+                },
+            ))
+            .unwrap();
         }
         let row = store.run(&lease.run).unwrap();
         let escalations = json!([{"id": "1"}]);

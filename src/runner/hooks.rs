@@ -237,7 +237,9 @@ impl Drive<'_> {
             None => {}
         }
         let r = self.runner;
-        r.store.record_events(&r.lease, step, &[at.started()])?;
+        r.store
+            .record_events(&r.lease, step, &[at.started()])
+            .await?;
         fault::point("after_hook_started");
         let input = hooks::input(event_of(&at.hook), ctx.run_id, &hook.command.cwd, fields);
         let verdict = match crate::tools::command::run_hook(
@@ -254,7 +256,8 @@ impl Drive<'_> {
         };
         fault::point("after_hook_ran");
         r.store
-            .record_events(&r.lease, step, &[verdict.to_event(at)])?;
+            .record_events(&r.lease, step, &[verdict.to_event(at)])
+            .await?;
         fault::point("after_hook_decided");
         Ok(verdict)
     }

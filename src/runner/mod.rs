@@ -98,6 +98,9 @@ struct Drive<'r> {
     events: EventBuffer,
     /// The escalation queued last (the one a pause or an escalated commit names).
     escalation: Cell<Option<EscalationId>>,
+    /// The step this drive committed last: the step after it was begun by no one (the
+    /// lease fences every other writer), so its journal need not be read.
+    committed: Cell<Option<u32>>,
 }
 
 /// A call running through the recovery chain; it answers with [`Event::CallRan`].
@@ -148,6 +151,7 @@ impl Runner {
             events: EventBuffer::observed(Arc::new(move |e| observer.event(e)))
                 .stamped(self.clock.clone()),
             escalation: Cell::new(None),
+            committed: Cell::new(None),
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;
         let mut pending: VecDeque<Effect> =
@@ -218,7 +222,7 @@ impl Runner {
                     self.woke(&mut machine, &mut stops, &mut running, &mut pending, woke);
                 }
                 effect => {
-                    if let Some(event) = d.perform(effect)? {
+                    if let Some(event) = d.perform(effect).await? {
                         pending.extend(handle(&mut machine, self, event));
                     }
                 }
@@ -370,30 +374,38 @@ impl Runner {
 
 impl Drive<'_> {
     /// Performs one effect; a load answers with the event it read.
-    fn perform(&self, effect: Effect) -> Result<Option<Event>, RunError> {
+    async fn perform(&self, effect: Effect) -> Result<Option<Event>, RunError> {
         let r = self.runner;
         let (store, lease) = (&r.store, &r.lease);
         match effect {
-            Effect::LoadStep { step } => return Ok(Some(self.load_step(step)?)),
+            Effect::LoadStep { step } => return Ok(Some(self.load_step(step).await?)),
             // Asked by `Runner::run_with`, which races the request against stops.
             Effect::AskModel(_) => {}
             // Started by `Runner::run`, which keeps it running alongside others.
             Effect::RunCall(_) => {}
             Effect::RecordModelTurn { step, response } => {
                 self.events.emit(usage_event(r, &response));
-                store.record_model_turn(lease, step, &response, &self.events.take())?;
+                store
+                    .record_model_turn(lease, step, &response, &self.events.take())
+                    .await?;
                 fault::point("after_model_stored");
             }
             Effect::RecordEvents { step } => {
-                store.record_events(lease, step, &self.events.take())?
+                store
+                    .record_events(lease, step, &self.events.take())
+                    .await?
             }
             Effect::DeliverMessages { step, messages } => {
                 store.deliver_messages(lease, step, &messages)?;
                 fault::point("after_delivery");
             }
-            Effect::MarkStarted { step, call_id } => store.mark_started(lease, step, &call_id)?,
+            Effect::MarkStarted { step, call_id } => {
+                store.mark_started(lease, step, &call_id).await?
+            }
             Effect::RecordOutcome { step, record } => {
-                store.record_outcome(lease, step, &record, &self.events.take())?;
+                store
+                    .record_outcome(lease, step, &record, &self.events.take())
+                    .await?;
                 fault::point("after_tool_outcome");
             }
             Effect::Trace(e) => self.events.emit(e),
@@ -404,8 +416,8 @@ impl Drive<'_> {
                 summary,
                 detail,
                 pause_as,
-            } => self.escalate(step, &summary, &detail, pause_as)?,
-            Effect::Commit(c) => self.commit(&c)?,
+            } => self.escalate(step, &summary, &detail, pause_as).await?,
+            Effect::Commit(c) => self.commit(&c).await?,
             Effect::SetStatus { status, reason } => {
                 store.set_status(lease, status, Some(&reason))?
             }
@@ -418,7 +430,9 @@ impl Drive<'_> {
             } => {
                 let json = r.state_json(&state)?;
                 let status = stop.as_deref().map(|reason| (RunStatus::Failed, reason));
-                store.apply_resolution(lease, escalation.0, step, &notes, &json, status)?;
+                store
+                    .apply_resolution(lease, escalation.0, step, &notes, &json, status)
+                    .await?;
             }
             // The loop in `Runner::run` ends on a stop before performing it.
             Effect::Stop(_) => {}
@@ -428,10 +442,16 @@ impl Drive<'_> {
 
     /// A step begun by an earlier process may have journaled outcomes and people's
     /// decisions; a step whose model turn arrives now has neither, so its reads are
-    /// skipped on the hot path.
-    fn load_step(&self, step: u32) -> Result<Event, RunError> {
+    /// skipped on the hot path — as is the look for its model turn when this drive
+    /// committed the step before it.
+    async fn load_step(&self, step: u32) -> Result<Event, RunError> {
         let r = self.runner;
-        let turn = r.store.model_turn(r.run_id(), step)?;
+        let fresh = self.committed.get().is_some_and(|c| c + 1 == step);
+        let turn = if fresh {
+            None
+        } else {
+            r.store.model_turn(r.run_id(), step)?
+        };
         let (journal, escalations, sent) = match turn {
             Some(_) => {
                 let mut journal = r.store.journal_for_step(r.run_id(), step)?;
@@ -447,7 +467,7 @@ impl Drive<'_> {
             None => (
                 Vec::new(),
                 Vec::new(),
-                r.store.undelivered_messages(r.run_id())?,
+                r.store.messages_to_deliver(r.run_id()).await?,
             ),
         };
         Ok(Event::StepLoaded {
@@ -641,7 +661,7 @@ impl Drive<'_> {
         }
     }
 
-    fn escalate(
+    async fn escalate(
         &self,
         step: u32,
         summary: &str,
@@ -662,7 +682,8 @@ impl Drive<'_> {
         };
         let id = r
             .store
-            .create_escalation(&r.lease, &new, pause_as, &events)?;
+            .create_escalation(&r.lease, &new, pause_as, &events)
+            .await?;
         self.escalation.set(Some(id));
         r.observer.notice(&match pause_as {
             Some(_) => Notice::Escalated {
@@ -678,7 +699,7 @@ impl Drive<'_> {
         Ok(())
     }
 
-    fn commit(&self, c: &Commit) -> Result<(), RunError> {
+    async fn commit(&self, c: &Commit) -> Result<(), RunError> {
         let r = self.runner;
         let state = r.state_json(&c.state)?;
         let escalation = c
@@ -689,23 +710,27 @@ impl Drive<'_> {
                 summary,
                 detail,
             });
-        let id = r.store.commit_step(
-            &r.lease,
-            &StepCommit {
-                step: c.step,
-                messages: &c.messages,
-                state: &state,
-                input_tokens: c.state.input_tokens,
-                output_tokens: c.state.output_tokens,
-                cost_usd: c.state.cost_usd,
-                status: c.status,
-                answer: c.answer.as_deref(),
-                error: c.error.as_deref(),
-                outcome: c.outcome.as_ref(),
-                events: &self.events.take(),
-                escalation: escalation.as_ref(),
-            },
-        )?;
+        let id = r
+            .store
+            .commit_step(
+                &r.lease,
+                &StepCommit {
+                    step: c.step,
+                    messages: &c.messages,
+                    state: &state,
+                    input_tokens: c.state.input_tokens,
+                    output_tokens: c.state.output_tokens,
+                    cost_usd: c.state.cost_usd,
+                    status: c.status,
+                    answer: c.answer.as_deref(),
+                    error: c.error.as_deref(),
+                    outcome: c.outcome.as_ref(),
+                    events: &self.events.take(),
+                    escalation: escalation.as_ref(),
+                },
+            )
+            .await?;
+        self.committed.set(Some(c.step));
         fault::point("after_commit");
         if c.state
             .compaction

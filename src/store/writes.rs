@@ -37,8 +37,8 @@
 
 use super::plan::Plan;
 use super::{
-    Durability, EscalationId, Lease, NewEscalation, NewRun, ParentLink, Result, RunStatus,
-    StepCommit, Store, StoreError,
+    Durability, EscalationId, Lease, NewEscalation, NewRun, ParentLink, Result, RunId, RunStatus,
+    SentMessage, StepCommit, Store, StoreError,
 };
 use crate::model::{Message, ModelResponse};
 use crate::records::CallRecord;
@@ -51,6 +51,31 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.run_plan(durability, plan),
             Store::Postgres(s) => s.run_plan(durability, plan),
+        }
+    }
+
+    /// [`Store::run_plan`] for a run's own writes while it is driven: on SQLite the
+    /// write is queued for the file's committer thread and awaited, so the driving
+    /// thread goes on with its other runs meanwhile (`store/sqlite/group.rs`); on
+    /// PostgreSQL it runs here, on a pooled connection.
+    async fn run_plan_queued(
+        &self,
+        durability: Durability,
+        plan: Plan,
+    ) -> Result<Option<EscalationId>> {
+        match self {
+            Store::Sqlite(s) => s.run_plan_queued(durability, plan).await,
+            Store::Postgres(s) => s.run_plan(durability, plan),
+        }
+    }
+
+    /// The messages to deliver as a step begins ([`Store::undelivered_messages`]),
+    /// read from the driver: on SQLite queued for the committer thread like the
+    /// step's writes, so the driving thread does not wait out a commit to read.
+    pub async fn messages_to_deliver(&self, run: &RunId) -> Result<Vec<SentMessage>> {
+        match self {
+            Store::Sqlite(s) => s.messages_to_deliver(run).await,
+            Store::Postgres(s) => s.undelivered_messages(run),
         }
     }
 
@@ -90,7 +115,7 @@ impl Store {
     /// Journals a model response for `step` with its tool calls as pending rows. Not
     /// fsynced ([`Durability::Process`]): the step commit, or an earlier started mark,
     /// makes it durable against a power cut.
-    pub fn record_model_turn(
+    pub async fn record_model_turn(
         &self,
         lease: &Lease,
         step: u32,
@@ -98,22 +123,23 @@ impl Store {
         events: &[TraceEvent],
     ) -> Result<()> {
         let plan = Plan::model_turn(lease, step, response, events)?;
-        self.run_plan(Durability::Process, plan)?;
+        self.run_plan_queued(Durability::Process, plan).await?;
         Ok(())
     }
 
     /// Marks a call as begun, durably ([`Durability::PowerCut`]): it returns only once
     /// the mark (and everything journaled before it) survives a power cut, so a call
     /// that may have had its effect is never taken for one that did not run.
-    pub fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
-        self.run_plan(Durability::PowerCut, Plan::started(lease, step, call_id))?;
+    pub async fn mark_started(&self, lease: &Lease, step: u32, call_id: &str) -> Result<()> {
+        self.run_plan_queued(Durability::PowerCut, Plan::started(lease, step, call_id))
+            .await?;
         Ok(())
     }
 
     /// A call's outcome. Not fsynced: lost only to a power cut, after which an
     /// idempotent call runs again and a non-idempotent one (its started mark durable)
     /// is `outcome_unknown`.
-    pub fn record_outcome(
+    pub async fn record_outcome(
         &self,
         lease: &Lease,
         step: u32,
@@ -121,19 +147,24 @@ impl Store {
         events: &[TraceEvent],
     ) -> Result<()> {
         let plan = Plan::outcome(lease, step, record, events)?;
-        self.run_plan(Durability::Process, plan)?;
+        self.run_plan_queued(Durability::Process, plan).await?;
         Ok(())
     }
 
     /// Commits a finished step in one transaction: its messages, the loop state and the
     /// run's counters, and the escalation it raised (whose id is returned).
-    pub fn commit_step(&self, lease: &Lease, c: &StepCommit<'_>) -> Result<Option<EscalationId>> {
-        self.run_plan(Durability::PowerCut, Plan::step(lease, c)?)
+    pub async fn commit_step(
+        &self,
+        lease: &Lease,
+        c: &StepCommit<'_>,
+    ) -> Result<Option<EscalationId>> {
+        self.run_plan_queued(Durability::PowerCut, Plan::step(lease, c)?)
+            .await
     }
 
     /// Appends messages between steps (a person's reply carried into the transcript)
     /// with the new loop state, and marks the escalation that caused it as applied.
-    pub fn apply_resolution(
+    pub async fn apply_resolution(
         &self,
         lease: &Lease,
         escalation: i64,
@@ -143,23 +174,29 @@ impl Store {
         status: Option<(RunStatus, &str)>,
     ) -> Result<()> {
         let plan = Plan::resolution(lease, escalation, step, messages, state, status)?;
-        self.run_plan(Durability::PowerCut, plan)?;
+        self.run_plan_queued(Durability::PowerCut, plan).await?;
         Ok(())
     }
 
     /// Appends trace events outside a step commit (e.g. while pausing).
-    pub fn record_events(&self, lease: &Lease, step: u32, events: &[TraceEvent]) -> Result<()> {
+    pub async fn record_events(
+        &self,
+        lease: &Lease,
+        step: u32,
+        events: &[TraceEvent],
+    ) -> Result<()> {
         if events.is_empty() {
             return Ok(());
         }
-        self.run_plan(Durability::PowerCut, Plan::events(lease, step, events)?)?;
+        self.run_plan_queued(Durability::PowerCut, Plan::events(lease, step, events)?)
+            .await?;
         Ok(())
     }
 
     /// Queues an escalation. When it pauses the run, the run's status becomes
     /// `pause_as` in the same commit; a blocked call's start mark is cleared, since the
     /// call did not run (it waits for the decision).
-    pub fn create_escalation(
+    pub async fn create_escalation(
         &self,
         lease: &Lease,
         new: &NewEscalation<'_>,
@@ -167,7 +204,8 @@ impl Store {
         events: &[TraceEvent],
     ) -> Result<EscalationId> {
         let plan = Plan::escalation(lease, new, pause_as, events)?;
-        self.run_plan(Durability::PowerCut, plan)?
+        self.run_plan_queued(Durability::PowerCut, plan)
+            .await?
             .ok_or_else(|| StoreError::Corrupt {
                 run: lease.run.0.clone(),
                 message: "the escalation was not queued".into(),

@@ -5,7 +5,7 @@
 //! a foreign holder is simulated by writing pid 1 (always alive) into the lease, and
 //! an old heartbeat by writing its timestamp, so nothing waits on a clock.
 
-use crate::common::{Db, Project};
+use crate::common::{Db, Project, wait};
 use agentrun::model::{Message, ModelResponse, Role, StopReason, Usage};
 use agentrun::store::{
     CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store, StoreError,
@@ -102,11 +102,11 @@ pub fn stale_holder_fenced(db: &Db) {
     };
     let msgs = [Message::text(Role::Assistant, "late answer")];
     lost(
-        a.record_model_turn(&stale, 1, &response(), &[]),
+        wait(a.record_model_turn(&stale, 1, &response(), &[])),
         "model turn",
     );
-    lost(a.mark_started(&stale, 1, "c"), "intent");
-    lost(a.record_outcome(&stale, 1, &record, &[]), "outcome");
+    lost(wait(a.mark_started(&stale, 1, "c")), "intent");
+    lost(wait(a.record_outcome(&stale, 1, &record, &[])), "outcome");
     lost(a.heartbeat(&stale), "heartbeat");
     lost(
         a.set_status(&stale, RunStatus::Failed, Some("late")),
@@ -127,7 +127,10 @@ pub fn stale_holder_fenced(db: &Db) {
         events: &[],
         escalation: None,
     };
-    lost(a.commit_step(&stale, &commit).map(drop), "step commit");
+    lost(
+        wait(a.commit_step(&stale, &commit)).map(drop),
+        "step commit",
+    );
 
     // Nothing of the stale holder's reached the run; the new holder writes freely.
     assert_eq!(b.model_turn(&stale.run, 1).unwrap(), None);
@@ -137,7 +140,7 @@ pub fn stale_holder_fenced(db: &Db) {
         (row.status, row.steps, row.answer),
         (RunStatus::Running, 0, None)
     );
-    b.commit_step(&current, &commit).unwrap();
+    wait(b.commit_step(&current, &commit)).unwrap();
     assert_eq!(b.run(&stale.run).unwrap().status, RunStatus::Completed);
 }
 

@@ -401,3 +401,32 @@ fn twenty_runs_in_flight_share_a_few_threads_and_connections() {
         "each tool ran once"
     );
 }
+
+/// `submit`s started together on a database that does not exist yet: each creates or
+/// joins the file, and every one is queued (two of them switching the new file to
+/// WAL at once used to fail one with "locked" without waiting).
+#[test]
+fn submits_started_together_on_a_new_database_all_queue() {
+    for round in 0..5 {
+        let p = project(&Db::Sqlite, json!([{ "text": "done" }]));
+        let children: Vec<Child> = (0..8)
+            .map(|_| {
+                p.command(&["submit", "task.md", "-q"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn submit")
+            })
+            .collect();
+        for child in children {
+            let out = child.wait_with_output().expect("submit");
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let runs = p.run(&["runs", "list", "--json"]).expect_code(0).json();
+        assert_eq!(runs.as_array().map(Vec::len), Some(8), "round {round}");
+    }
+}

@@ -1,27 +1,40 @@
 //! What a step costs in fsyncs (issue 14), counted under SQLite's file layer.
 //!
 //! A shim VFS (`counting`) wraps the platform's default one: every file it opens gets
-//! the default's methods except `xSync`, which counts the call on the calling thread
-//! and then does the real sync. `Store::open_with_vfs` opens the database through it,
+//! the default's methods except `xSync`, which counts the call against the file's
+//! name and then does the real sync (against the file, not the calling thread: the
+//! loop's writes are committed by the file's committer thread, `store/sqlite/group.rs`). `Store::open_with_vfs` opens the database through it,
 //! and each test drives the store's calls in the order the loop makes them for one
 //! step (`src/store/journal.rs`, module doc), so the count is what SQLite really asked
 //! the OS to sync — not what the code meant to. The whole binary's count is measured
 //! with `strace` by the bench (`docs/bench.md`, "Commits").
 
-use crate::common::Project;
+use crate::common::{Project, wait};
 use agentrun::model::{Message, ModelResponse, Part, Role, StopReason, Usage};
 use agentrun::store::{CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store};
 use rusqlite::ffi;
 use serde_json::json;
-use std::cell::Cell;
-use std::ffi::{CString, c_int};
-use std::sync::{Mutex, OnceLock};
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_int};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 const VFS: &str = "agentrun-counting";
 
-thread_local! {
-    /// Syncs asked for by this thread (each test drives its store on its own thread).
-    static SYNCS: Cell<u64> = const { Cell::new(0) };
+/// The name each open file was opened with (by its `sqlite3_file` address), and the
+/// syncs asked for each name: each test has a folder of its own.
+#[derive(Default)]
+struct Counts {
+    names: HashMap<usize, String>,
+    syncs: HashMap<String, u64>,
+}
+
+fn counts() -> MutexGuard<'static, Counts> {
+    static COUNTS: OnceLock<Mutex<Counts>> = OnceLock::new();
+    COUNTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// The default VFS's `sqlite3_vfs` and the method tables seen so far:
@@ -45,6 +58,13 @@ unsafe extern "C" fn counting_open(
     // SAFETY: `real` is the default VFS, alive for the process; `file` has room for its
     // files (our szOsFile is its szOsFile).
     let rc = unsafe { ((*real).xOpen.expect("xOpen"))(real, name, file, flags, out_flags) };
+    if rc == ffi::SQLITE_OK && !name.is_null() {
+        // SAFETY: SQLite passes a NUL-terminated name that outlives the file.
+        let shown = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
+        counts().names.insert(file as usize, shown);
+    }
     // SAFETY: on success the default VFS has filled in `file`, including pMethods.
     let methods = unsafe { (*file).pMethods };
     if rc == ffi::SQLITE_OK && !methods.is_null() {
@@ -67,7 +87,11 @@ unsafe extern "C" fn counting_open(
 }
 
 unsafe extern "C" fn counting_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    SYNCS.with(|s| s.set(s.get() + 1));
+    let mut counts = counts();
+    if let Some(name) = counts.names.get(&(file as usize)).cloned() {
+        *counts.syncs.entry(name).or_default() += 1;
+    }
+    drop(counts);
     let shim = SHIM.get().expect("registered");
     // SAFETY: `file` was opened by `counting_open`, so its pMethods is one of our copies.
     let ours = unsafe { (*file).pMethods } as usize;
@@ -107,11 +131,21 @@ fn register() {
     });
 }
 
-/// Syncs this thread asks for while running `f`.
-fn syncs(f: impl FnOnce()) -> u64 {
-    let before = SYNCS.with(Cell::get);
+/// Syncs of the files under `dir` (whichever thread asks) while running `f`.
+fn syncs_in(dir: &Path, f: impl FnOnce()) -> u64 {
+    let count = || -> u64 {
+        let dir = dir.to_string_lossy();
+        let counts = counts();
+        counts
+            .syncs
+            .iter()
+            .filter(|(name, _)| name.starts_with(dir.as_ref()))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let before = count();
     f();
-    SYNCS.with(Cell::get) - before
+    count() - before
 }
 
 fn open(p: &Project) -> (Store, Lease) {
@@ -174,41 +208,34 @@ fn outcome(step: u32) -> CallRecord {
 /// before the call and journals the outcome on its own.
 fn tool_step(store: &Store, lease: &Lease, step: u32, idempotent: bool) {
     let response = calling(step);
-    store
-        .record_model_turn(lease, step, &response, &[])
-        .expect("journal the response");
+    wait(store.record_model_turn(lease, step, &response, &[])).expect("journal the response");
     let record = outcome(step);
     if !idempotent {
-        store
-            .mark_started(lease, step, &record.call_id)
-            .expect("started mark");
-        store
-            .record_outcome(lease, step, &record, &[])
-            .expect("outcome");
+        wait(store.mark_started(lease, step, &record.call_id)).expect("started mark");
+        wait(store.record_outcome(lease, step, &record, &[])).expect("outcome");
     }
     let messages = [
         response.message.clone(),
         Message::tool_result(&record.call_id, record.result.clone(), false),
     ];
-    store
-        .commit_step(
-            lease,
-            &StepCommit {
-                step,
-                messages: &messages,
-                state: "{}",
-                input_tokens: 10 * u64::from(step),
-                output_tokens: 2 * u64::from(step),
-                cost_usd: 0.0,
-                status: RunStatus::Running,
-                answer: None,
-                error: None,
-                outcome: idempotent.then_some(&record),
-                events: &[],
-                escalation: None,
-            },
-        )
-        .expect("step commit");
+    wait(store.commit_step(
+        lease,
+        &StepCommit {
+            step,
+            messages: &messages,
+            state: "{}",
+            input_tokens: 10 * u64::from(step),
+            output_tokens: 2 * u64::from(step),
+            cost_usd: 0.0,
+            status: RunStatus::Running,
+            answer: None,
+            error: None,
+            outcome: idempotent.then_some(&record),
+            events: &[],
+            escalation: None,
+        },
+    ))
+    .expect("step commit");
 }
 
 #[test]
@@ -217,7 +244,7 @@ fn an_idempotent_step_costs_one_fsync() {
     let (store, lease) = open(&p);
     // The first step creates the WAL (and syncs its folder); count the ones after.
     tool_step(&store, &lease, 1, true);
-    let n = syncs(|| {
+    let n = syncs_in(p.path(), || {
         for step in 2..=11 {
             tool_step(&store, &lease, step, true);
         }
@@ -232,7 +259,7 @@ fn a_non_idempotent_step_costs_two_fsyncs() {
     let p = Project::new();
     let (store, lease) = open(&p);
     tool_step(&store, &lease, 1, false);
-    let n = syncs(|| {
+    let n = syncs_in(p.path(), || {
         for step in 2..=11 {
             tool_step(&store, &lease, step, false);
         }
@@ -249,16 +276,14 @@ fn the_started_mark_is_fsynced_before_it_returns() {
     let (store, lease) = open(&p);
     tool_step(&store, &lease, 1, true);
     let response = calling(2);
-    let journal = syncs(|| {
-        store
-            .record_model_turn(&lease, 2, &response, &[])
-            .expect("journal");
+    let journal = syncs_in(p.path(), || {
+        wait(store.record_model_turn(&lease, 2, &response, &[])).expect("journal");
     });
-    let mark = syncs(|| store.mark_started(&lease, 2, "call_2").expect("mark"));
-    let outcome = syncs(|| {
-        store
-            .record_outcome(&lease, 2, &outcome(2), &[])
-            .expect("outcome")
+    let mark = syncs_in(p.path(), || {
+        wait(store.mark_started(&lease, 2, "call_2")).expect("mark")
+    });
+    let outcome = syncs_in(p.path(), || {
+        wait(store.record_outcome(&lease, 2, &outcome(2), &[])).expect("outcome")
     });
     assert_eq!((journal, mark, outcome), (0, 1, 0));
     // A killed process (not a power cut) loses none of them: another connection, as

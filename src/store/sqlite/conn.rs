@@ -140,8 +140,7 @@ impl SqliteStore {
                 path: self.path.clone(),
             });
         }
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(classify)?;
+        switch_to_wal(&conn, self.busy_timeout).map_err(classify)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(classify)?;
         conn.pragma_update(None, "foreign_keys", "ON")
@@ -156,19 +155,7 @@ impl SqliteStore {
 
     /// Names what is wrong with the file, when an SQLite error is about the file.
     pub(super) fn classify(&self, e: rusqlite::Error) -> StoreError {
-        use rusqlite::ErrorCode as C;
-        let path = self.path.clone();
-        let message = e.to_string();
-        match e.sqlite_error_code() {
-            Some(C::NotADatabase) => StoreError::NotADatabase { path, message },
-            Some(C::DatabaseCorrupt) => StoreError::Damaged { path, message },
-            Some(C::ReadOnly) => StoreError::ReadOnly { path },
-            Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Locked {
-                path,
-                waited_ms: self.busy_timeout.as_millis(),
-            },
-            _ => StoreError::Sqlite(e),
-        }
+        classify(&self.path, self.busy_timeout, e)
     }
 
     /// This store's own connection: where the file is checked and migrated on open.
@@ -223,6 +210,37 @@ impl SqliteStore {
             .write_grouped(durability, self.busy_timeout, &classify, f)
     }
 
+    /// [`SqliteStore::write_grouped`] from async code: the write is queued for the
+    /// file's committer thread and awaited, so this thread goes on with other work
+    /// meanwhile (`group.rs`). Returns once the write is committed (or failed).
+    pub(super) async fn write_queued<T, F>(&self, durability: Durability, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let done = self.writer()?.enqueue(durability, self.asker(), f);
+        done.await.unwrap_or_else(|_| Err(group::lost()))
+    }
+
+    /// A read from async code, queued for the committer thread like
+    /// [`SqliteStore::write_queued`]: this thread does not wait out a commit.
+    pub(super) async fn read_queued<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let done = self.writer()?.enqueue_read(self.asker(), f);
+        done.await.unwrap_or_else(|_| Err(group::lost()))
+    }
+
+    fn asker(&self) -> group::Asker {
+        group::Asker {
+            busy: self.busy_timeout,
+            classify,
+            path: self.path.clone(),
+        }
+    }
+
     /// The process's writer to this file, opened (or joined) on first use.
     pub(super) fn writer(&self) -> Result<&Arc<Writer>> {
         if let Some(writer) = self.writer.get() {
@@ -248,6 +266,24 @@ impl SqliteStore {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.pragma_update(None, "secure_delete", "ON")?;
         Ok(conn)
+    }
+}
+
+/// Names what is wrong with the file at `path`, when an SQLite error is about the
+/// file (`busy`: how long a write waited for the lock).
+fn classify(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode as C;
+    let path = path.to_path_buf();
+    let message = e.to_string();
+    match e.sqlite_error_code() {
+        Some(C::NotADatabase) => StoreError::NotADatabase { path, message },
+        Some(C::DatabaseCorrupt) => StoreError::Damaged { path, message },
+        Some(C::ReadOnly) => StoreError::ReadOnly { path },
+        Some(C::DatabaseBusy | C::DatabaseLocked) => StoreError::Locked {
+            path,
+            waited_ms: busy.as_millis(),
+        },
+        _ => StoreError::Sqlite(e),
     }
 }
 
@@ -277,6 +313,28 @@ impl Drop for OpenTransaction<'_> {
         // After a failed COMMIT SQLite may have rolled back already (autocommit again).
         if !self.0.is_autocommit() {
             let _ = run_cached(self.0, "ROLLBACK");
+        }
+    }
+}
+
+/// Switches the file to WAL (a no-op once it is). On a fresh file the switch needs
+/// SQLite's exclusive lock while holding a shared one, and when another process holds
+/// the write lock (creating or switching the same file) SQLite fails it at once as a
+/// deadlock instead of calling the busy handler: `submit`s started together on a
+/// new database failed with "locked". It is tried again until the busy timeout.
+fn switch_to_wal(conn: &Connection, busy: Duration) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + busy;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e)
+                if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            done => return done,
         }
     }
 }
@@ -312,4 +370,53 @@ fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SqliteStore;
+    use rusqlite::Connection;
+    use std::time::Duration;
+
+    /// Another process holds the write lock of a fresh (not yet WAL) file: SQLite
+    /// refuses the WAL switch at once rather than wait, so the open tries again, and
+    /// succeeds once the lock is given up (it used to fail with "locked" at once).
+    #[test]
+    fn opening_a_fresh_file_another_process_is_writing_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // The hold is the other process's own duration, not a wait for a condition:
+        // the open starts while it is held, whatever the machine's speed.
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            other.execute_batch("COMMIT").unwrap();
+        });
+        let store = SqliteStore::open(&path, true);
+        holder.join().unwrap();
+        let store = store.expect("the open waits out another process's write lock");
+        let mode: String = store
+            .own()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+
+    /// Within the busy timeout only: a lock held for longer is still `Locked`.
+    #[test]
+    fn a_write_lock_held_past_the_busy_timeout_still_fails_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let conn = Connection::open(&path).unwrap();
+        let started = std::time::Instant::now();
+        let err = super::switch_to_wal(&conn, Duration::from_millis(60)).unwrap_err();
+        assert_eq!(
+            err.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(60));
+    }
 }

@@ -11,6 +11,13 @@
 //! asked for. Every caller still returns only after its own write is committed (or
 //! failed), so what a returned write survives is what it was before.
 //!
+//! A write from async code ([`Writer::enqueue`]: the runner's step writes) does not
+//! take the writer at all: it queues and awaits its result, and the file's committer
+//! thread commits whatever is queued. A worker's slot thread then never blocks on a
+//! commit — its other runs go on meanwhile — and the writes of every run in flight
+//! share one transaction instead of at most one per thread (issue 23: ~1.4
+//! transactions a step at 500 runs in flight, each rewriting the same index pages).
+//!
 //! Other processes still meet SQLite's own lock and busy timeout.
 
 use super::conn::{OpenTransaction, run_cached};
@@ -20,14 +27,30 @@ use rusqlite::Connection;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak, mpsc};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// The process's writer to one database file.
 pub(super) struct Writer {
     conn: Mutex<WriterConn>,
     /// Writes waiting for the writer, each with the slot its caller waits on.
     queue: Mutex<Vec<Box<dyn Job + Send>>>,
+    /// Reads queued from async code ([`Writer::enqueue_read`]), run by the committer
+    /// before its next transaction, outside it.
+    reads: Mutex<Vec<Box<dyn FnOnce(&Connection) + Send>>>,
+    /// Wakes the committer thread, started by the first [`Writer::enqueue`]; it ends
+    /// when the writer is gone.
+    committer: Mutex<Option<mpsc::Sender<Asker>>>,
+}
+
+/// What the committer needs to commit a queued write as its store would: the busy
+/// timeout, and the file its errors name.
+#[derive(Clone)]
+pub(super) struct Asker {
+    pub busy: Duration,
+    pub classify: fn(&Path, Duration, rusqlite::Error) -> StoreError,
+    pub path: PathBuf,
 }
 
 pub(super) struct WriterConn {
@@ -126,7 +149,106 @@ impl<T: Send, F: FnOnce(&Connection) -> Result<T>> Job for Queued<T, F> {
     }
 }
 
+/// A write queued from async code: its result goes to the caller's receiver.
+struct Sent<T, F> {
+    pending: Pending<T, F>,
+    tx: Option<oneshot::Sender<Result<T>>>,
+}
+
+impl<T: Send, F: FnOnce(&Connection) -> Result<T>> Job for Sent<T, F> {
+    fn durability(&self) -> Durability {
+        self.pending.durability
+    }
+
+    fn run(&mut self, tx: &Connection) -> bool {
+        self.pending.run(tx)
+    }
+
+    fn finish(&mut self, failed: Option<&StoreError>) {
+        self.pending.finish(failed);
+        if let (Some(tx), Some(result)) = (self.tx.take(), self.pending.result.take()) {
+            // A caller that stopped waiting (its run was given up) needs no answer.
+            let _ = tx.send(result);
+        }
+    }
+}
+
 impl Writer {
+    /// Queues `f` for the committer thread and returns where its result will come:
+    /// the caller's thread never waits for the writer (see the module doc). A
+    /// dropped sender (the committing thread panicked) means the write was lost.
+    pub(super) fn enqueue<T, F>(
+        self: &Arc<Self>,
+        durability: Durability,
+        asker: Asker,
+        f: F,
+    ) -> oneshot::Receiver<Result<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.queue).push(Box::new(Sent {
+            pending: Pending::new(durability, f),
+            tx: Some(tx),
+        }));
+        self.wake_committer(asker);
+        rx
+    }
+
+    /// A read from async code, queued like [`Writer::enqueue`]'s writes: reads go
+    /// through the writer's connection (`conn.rs`, `SqliteStore::lock`), which a
+    /// commit holds, so a thread that read at once would wait out the commit.
+    pub(super) fn enqueue_read<T, F>(
+        self: &Arc<Self>,
+        asker: Asker,
+        f: F,
+    ) -> oneshot::Receiver<Result<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.reads).push(Box::new(move |conn: &Connection| {
+            let _ = tx.send(f(conn));
+        }));
+        self.wake_committer(asker);
+        rx
+    }
+
+    /// Runs the queued reads, then commits the queued writes.
+    fn serve(&self, conn: &mut WriterConn, asker: &Asker) {
+        let reads = std::mem::take(&mut *lock(&self.reads));
+        for read in reads {
+            read(&conn.conn);
+        }
+        let classify = |e| (asker.classify)(&asker.path, asker.busy, e);
+        self.lead(conn, asker.busy, &classify, None);
+    }
+
+    /// Tells the committer there is work, starting it first when there is none (or
+    /// it died with a panic). Should no thread start, this one commits.
+    fn wake_committer(self: &Arc<Self>, mut asker: Asker) {
+        let mut committer = lock(&self.committer);
+        if let Some(tx) = committer.as_ref() {
+            match tx.send(asker) {
+                Ok(()) => return,
+                Err(mpsc::SendError(back)) => asker = back,
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let writer = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("sqlite-commit".into())
+            .spawn(move || commit_loop(&writer, &rx));
+        if started.is_ok() && tx.send(asker.clone()).is_ok() {
+            *committer = Some(tx);
+            return;
+        }
+        drop(committer);
+        self.serve(&mut lock(&self.conn), &asker);
+    }
+
     /// Runs `f` in a transaction of its own or with writes queued before it, on this
     /// thread (so `f` may borrow).
     pub(super) fn write<T>(
@@ -200,6 +322,20 @@ impl Writer {
     }
 }
 
+/// The committer thread: each wake-up runs the reads queued by then and commits the
+/// writes, in one transaction; what is queued meanwhile goes in the next.
+fn commit_loop(writer: &Weak<Writer>, wake: &mpsc::Receiver<Asker>) {
+    while let Ok(mut asker) = wake.recv() {
+        while let Ok(later) = wake.try_recv() {
+            asker = later;
+        }
+        let Some(writer) = writer.upgrade() else {
+            return;
+        };
+        writer.serve(&mut lock(&writer.conn), &asker);
+    }
+}
+
 /// One transaction for `jobs`: each in a savepoint when there are several; committed
 /// when at least one succeeded, rolled back (no fsync) when none did.
 fn commit(c: &mut WriterConn, busy: Duration, jobs: &mut [&mut dyn Job]) -> rusqlite::Result<()> {
@@ -254,7 +390,7 @@ fn replicate(e: &StoreError) -> StoreError {
     }
 }
 
-fn lost() -> StoreError {
+pub(super) fn lost() -> StoreError {
     sqlite_error("the write was lost: the thread committing it panicked".into())
 }
 
@@ -308,6 +444,8 @@ pub(super) fn writer_for(
             busy: Duration::ZERO,
         }),
         queue: Mutex::new(Vec::new()),
+        reads: Mutex::new(Vec::new()),
+        committer: Mutex::new(None),
     });
     writers.insert(key, Arc::downgrade(&writer));
     Ok(writer)

@@ -24,6 +24,16 @@ impl SqliteStore {
     ) -> Result<Option<EscalationId>> {
         self.write_grouped(durability, move |tx| apply(tx, &plan))
     }
+
+    /// [`SqliteStore::run_plan`] from async code: queued for the committer thread.
+    pub(crate) async fn run_plan_queued(
+        &self,
+        durability: Durability,
+        plan: Plan,
+    ) -> Result<Option<EscalationId>> {
+        self.write_queued(durability, move |tx| apply(tx, &plan))
+            .await
+    }
 }
 
 fn apply(tx: &Connection, plan: &Plan) -> Result<Option<EscalationId>> {

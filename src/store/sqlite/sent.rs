@@ -17,7 +17,7 @@ use crate::store::error::{Result, StoreError};
 use crate::store::fork::check_accepts;
 use crate::store::lease::Lease;
 use crate::store::plan::encode_messages;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 const SENT_COLUMNS: &str =
     "id, run_id, text, sent_by, sent_at, delivered_step, delivered_seq FROM sent_messages";
@@ -60,27 +60,20 @@ impl SqliteStore {
     /// The messages sent to `run` and not yet delivered, oldest first: what the holder
     /// reads as it begins a step.
     pub fn undelivered_messages(&self, run: &RunId) -> Result<Vec<SentMessage>> {
-        self.sent_where(run, " AND delivered_seq IS NULL")
+        self.sent_where(run, UNDELIVERED)
+    }
+
+    /// [`SqliteStore::undelivered_messages`] from async code: the driver's read at
+    /// each step boundary, queued for the committer thread (`group.rs`).
+    pub(crate) async fn messages_to_deliver(&self, run: &RunId) -> Result<Vec<SentMessage>> {
+        let run = run.clone();
+        self.read_queued(move |conn| sent_where(conn, &run, UNDELIVERED))
+            .await
     }
 
     fn sent_where(&self, run: &RunId, filter: &str) -> Result<Vec<SentMessage>> {
         let conn = self.lock()?;
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {SENT_COLUMNS} WHERE run_id = ?1{filter} ORDER BY id"
-        ))?;
-        let rows = stmt.query_map([&run.0], |r| {
-            let step: Option<u32> = r.get(5)?;
-            let seq: Option<i64> = r.get(6)?;
-            Ok(SentMessage {
-                id: r.get(0)?,
-                run: RunId(r.get(1)?),
-                text: r.get(2)?,
-                by: r.get(3)?,
-                at: r.get(4)?,
-                delivered: step.zip(seq).map(|(step, seq)| Delivery { step, seq }),
-            })
-        })?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
+        sent_where(&conn, run, filter)
     }
 
     /// Delivers sent messages after `step` (the last committed one): each becomes the
@@ -121,4 +114,25 @@ impl SqliteStore {
             Ok(())
         })
     }
+}
+
+const UNDELIVERED: &str = " AND delivered_seq IS NULL";
+
+fn sent_where(conn: &Connection, run: &RunId, filter: &str) -> Result<Vec<SentMessage>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SENT_COLUMNS} WHERE run_id = ?1{filter} ORDER BY id"
+    ))?;
+    let rows = stmt.query_map([&run.0], |r| {
+        let step: Option<u32> = r.get(5)?;
+        let seq: Option<i64> = r.get(6)?;
+        Ok(SentMessage {
+            id: r.get(0)?,
+            run: RunId(r.get(1)?),
+            text: r.get(2)?,
+            by: r.get(3)?,
+            at: r.get(4)?,
+            delivered: step.zip(seq).map(|(step, seq)| Delivery { step, seq }),
+        })
+    })?;
+    Ok(rows.collect::<std::result::Result<_, _>>()?)
 }

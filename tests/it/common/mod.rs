@@ -337,6 +337,12 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// Runs one of the store's async writes (the step path's) to its end, as the loop
+/// awaits it.
+pub fn wait<T>(f: impl std::future::Future<Output = T>) -> T {
+    runtime().block_on(f)
+}
+
 /// A run whose holder was killed (by its own tool) in step 1. Resumed, the tool blocks
 /// while a `hold` file exists, so a test can keep a resumer busy for as long as it needs.
 pub fn blocked_run() -> (Project, String) {
