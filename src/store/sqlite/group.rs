@@ -38,11 +38,14 @@ pub(super) struct Writer {
     queue: Mutex<Vec<Box<dyn Job + Send>>>,
     /// Reads queued from async code ([`Writer::enqueue_read`]), run by the committer
     /// before its next transaction, outside it.
-    reads: Mutex<Vec<Box<dyn FnOnce(&Connection) + Send>>>,
+    reads: Mutex<Vec<QueuedRead>>,
     /// Wakes the committer thread, started by the first [`Writer::enqueue`]; it ends
     /// when the writer is gone.
     committer: Mutex<Option<mpsc::Sender<Asker>>>,
 }
+
+/// A read queued from async code; it sends its own result.
+type QueuedRead = Box<dyn FnOnce(&Connection) + Send>;
 
 /// What the committer needs to commit a queued write as its store would: the busy
 /// timeout, and the file its errors name.
