@@ -106,6 +106,11 @@ pub enum RunTargets {
 /// (and race to claim) everyone's; with its targets already known, no snapshot is
 /// parsed again (issue 23).
 pub async fn deliver_run(store: &Store, run: &RunId, targets: RunTargets) -> Pass {
+    if let RunTargets::Known(None) = targets {
+        // Nothing to send: one write, not a read and a write per event.
+        let _ = store.skip_notices_of(run).await;
+        return Pass::default();
+    }
     let Ok(pending) = store.pending_notices_of(run, BATCH) else {
         return Pass::default();
     };

@@ -88,7 +88,7 @@ pub async fn drive(runner: &Runner, how: Lifecycle) -> Result<RunOutcome, RunErr
     let _tasks = AbortOnDrop(own.into_iter().chain([watcher]).collect());
     let result = runner.run_with(inbox).await;
     drop(shared);
-    release(&store, &lease, &result, to_queue)?;
+    release(&store, &lease, &result, to_queue).await?;
     result
 }
 
@@ -105,7 +105,7 @@ impl Drop for AbortOnDrop {
 
 /// Gives the run up as its outcome says: back to the queue when the worker stopped
 /// (or failed to drive it), else released; not at all when the lease was lost.
-fn release(
+async fn release(
     store: &Store,
     lease: &Lease,
     result: &Result<RunOutcome, RunError>,
@@ -113,7 +113,7 @@ fn release(
 ) -> Result<(), StoreError> {
     match result {
         Ok(o) if o.status == RunStatus::Queued => store.release_to_queue(lease),
-        Ok(_) => store.release(lease),
+        Ok(_) => store.release_queued(lease).await,
         Err(RunError::Store(StoreError::LeaseLost(_))) => Ok(()),
         // A store or state error: a worker hands the run back (another one, or this
         // one, retries it); a command exits with the error.

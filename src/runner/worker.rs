@@ -107,6 +107,11 @@ pub async fn run_slot(
         // worker's idle slots, and holds the turn while it waits out the poll interval:
         // the worker asks the store once per interval, not once per idle slot (issue
         // 23: hundreds of idle slots polling took writes from the runs still going).
+        if idle && cfg.drained.load(std::sync::atomic::Ordering::Relaxed) {
+            // Another slot saw the queue empty: no claim to make (each was a
+            // transaction the worker's end waited for).
+            return Ok(());
+        }
         let turn = if idle {
             tokio::select! {
                 turn = cfg.idle.lock() => Some(turn),
@@ -115,7 +120,7 @@ pub async fn run_slot(
         } else {
             None
         };
-        let wait = match store.claim(&cfg.name, cfg.ttl) {
+        let wait = match store.claim_queued(&cfg.name, cfg.ttl).await {
             Ok(Some(lease)) => {
                 drop(turn);
                 idle = false;

@@ -69,6 +69,37 @@ impl Store {
         }
     }
 
+    /// [`Store::claim`] from a worker's slot: on SQLite queued for the committer
+    /// thread, so slots claiming at once share a transaction and their thread goes on.
+    pub async fn claim_queued(
+        &self,
+        worker: &str,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Lease>> {
+        match self {
+            Store::Sqlite(s) => s.claim_queued(worker, ttl).await,
+            Store::Postgres(s) => s.claim(worker, ttl),
+        }
+    }
+
+    /// [`Store::release`] as a driven run ends: on SQLite queued for the committer
+    /// thread.
+    pub async fn release_queued(&self, lease: &Lease) -> Result<()> {
+        match self {
+            Store::Sqlite(s) => s.release_queued(lease).await,
+            Store::Postgres(s) => s.release(lease),
+        }
+    }
+
+    /// Marks every pending notification event of `run` skipped (a run without
+    /// `[notify]`), in one write; on SQLite queued for the committer thread.
+    pub async fn skip_notices_of(&self, run: &RunId) -> Result<()> {
+        match self {
+            Store::Sqlite(s) => s.skip_notices_of(run).await,
+            Store::Postgres(s) => s.skip_notices_of(run),
+        }
+    }
+
     /// The messages to deliver as a step begins ([`Store::undelivered_messages`]),
     /// read from the driver: on SQLite queued for the committer thread like the
     /// step's writes, so the driving thread does not wait out a commit to read.

@@ -122,6 +122,19 @@ impl PgStore {
         })
     }
 
+    /// See `SqliteStore::skip_notices_of`.
+    pub fn skip_notices_of(&self, run: &RunId) -> Result<()> {
+        let run = run.clone();
+        self.write(move |tx| {
+            tx.exec(
+                "UPDATE outbox SET state = 'skipped', claim_until = NULL
+                 WHERE run_id = $1 AND state = 'pending'",
+                &[&run.0],
+            )?;
+            Ok(())
+        })
+    }
+
     pub fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()> {
         let (id, how) = (id.to_string(), how.clone());
         self.write(move |tx| {

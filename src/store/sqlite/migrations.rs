@@ -193,6 +193,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
         (SELECT json_extract(c.state, '$.cost_usd') FROM checkpoints c WHERE c.run_id = runs.id),
         0);
     "#,
+    // 11: a claim finds the oldest queued run and the oldest stale lease by index
+    // (issue 23): `runs_claimable` held the runs in flight too, so each claim walked
+    // past every running run — 500 claims at a worker's start, 125k rows. A stale
+    // lease is one whose holder let go (no pid) or whose heartbeat is older than the
+    // TTL; the index keeps runs by that "held until" value.
+    r#"
+    CREATE INDEX runs_queued ON runs (created_at) WHERE queue = 1 AND status = 'queued';
+    CREATE INDEX runs_held ON runs
+        ((CASE WHEN lease_pid IS NULL THEN 0 ELSE coalesce(lease_heartbeat, 0) END))
+        WHERE queue = 1 AND status = 'running';
+    "#,
 ];
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use super::conn::SqliteStore;
 use crate::config::types::NotifyEvent;
 use crate::records::{RunId, RunStatus};
+use crate::store::durability::Durability;
 use crate::store::durability::now_ms;
 use crate::store::error::Result;
 use crate::store::lease::process_alive;
@@ -120,6 +121,21 @@ impl SqliteStore {
             )?;
             Ok(true)
         })
+    }
+
+    /// Marks every pending event of `run` skipped — a run without `[notify]` has
+    /// nothing to send — in one write queued for the committer thread (`group.rs`).
+    pub(crate) async fn skip_notices_of(&self, run: &RunId) -> Result<()> {
+        let run = run.clone();
+        self.write_queued(Durability::Process, move |tx| {
+            tx.prepare_cached(
+                "UPDATE outbox SET state = 'skipped', claim_until = NULL
+                 WHERE run_id = ?1 AND state = 'pending'",
+            )?
+            .execute([&run.0])?;
+            Ok(())
+        })
+        .await
     }
 
     /// Records how a delivery of event `id` went (and gives its claim up).

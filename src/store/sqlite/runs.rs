@@ -8,7 +8,7 @@ use crate::records::{RunId, RunRow, RunStatus};
 use crate::store::durability::{Durability, now_ms};
 use crate::store::error::{Result, StoreError};
 use crate::store::lease::{Lease, process_alive};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::BTreeMap;
 
 impl SqliteStore {
@@ -51,13 +51,14 @@ impl SqliteStore {
     /// Gives the run up (the process is about to exit).
     pub fn release(&self, lease: &Lease) -> Result<()> {
         let lease = lease.clone();
-        self.write_grouped(Durability::PowerCut, move |tx| {
-            tx.execute(
-                "UPDATE runs SET lease_pid = NULL, lease_worker = NULL WHERE id = ?1 AND lease_token = ?2",
-                params![lease.run.0, lease.token],
-            )?;
-            Ok(())
-        })
+        self.write_grouped(Durability::PowerCut, move |tx| release(tx, &lease))
+    }
+
+    /// [`SqliteStore::release`] from async code: queued for the committer thread.
+    pub(crate) async fn release_queued(&self, lease: &Lease) -> Result<()> {
+        let lease = lease.clone();
+        self.write_queued(Durability::PowerCut, move |tx| release(tx, &lease))
+            .await
     }
 
     /// Refreshes the lease's heartbeat; fails when another process took the run.
@@ -253,4 +254,12 @@ const RECENT_RUNS: &str = "SELECT id, task, task_path, status, max_steps, max_to
      ORDER BY created_at DESC, rowid DESC LIMIT ?2";
 fn format_time(ms: i64) -> String {
     crate::timefmt::rfc3339(ms)
+}
+
+fn release(tx: &Connection, lease: &Lease) -> Result<()> {
+    tx.prepare_cached(
+        "UPDATE runs SET lease_pid = NULL, lease_worker = NULL WHERE id = ?1 AND lease_token = ?2",
+    )?
+    .execute(params![lease.run.0, lease.token])?;
+    Ok(())
 }
