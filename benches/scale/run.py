@@ -19,8 +19,15 @@ step: on SQLite fsync/fdatasync and pwrite64 calls of the worker (strace -f
 --seccomp-bpf), on PostgreSQL the server's WAL syncs and commits (pg_stat_wal,
 pg_stat_database). The report goes to target/scale-bench.md.
 
+Each case runs with each tool of TOOLS (default "cat raw"): `cat` (glibc, dynamically
+linked) and `raw` (benches/scale/echo.c, built here with gcc: the same copy of stdin to
+stdout with raw system calls and no C library). Both are idempotent and named on
+PATH. They separate the tool's own cost from agentrun's: on a VM that traps `cpuid`,
+glibc's start-up alone makes each `cat` cost ~1.3 ms of CPU, more than agentrun's
+whole turn (docs/bench.md).
+
 Environment: BIN (default target/release/agentrun), DELAY (1), CALLS (5), TTL (30s),
-POLL (500ms), STRACE_RUNS (100; 0 skips the pass).
+POLL (500ms), STRACE_RUNS (100; 0 skips the pass), TOOLS ("cat raw").
 """
 import concurrent.futures as cf
 import json
@@ -39,6 +46,7 @@ CALLS = int(os.environ.get("CALLS", "5"))
 TTL = os.environ.get("TTL", "30s")
 POLL = os.environ.get("POLL", "500ms")
 STRACE_RUNS = int(os.environ.get("STRACE_RUNS", "100"))
+TOOLS = os.environ.get("TOOLS", "cat raw").split()
 PG = os.environ.get("AGENTRUN_TEST_PG")
 OUT = os.path.join(ROOT, "target", "scale-bench.md")
 
@@ -62,9 +70,11 @@ def psql(sql, db=PG):
 
 
 class Case:
-    def __init__(self, work, backend, n, label):
+    def __init__(self, work, backend, n, label, tool="cat"):
         self.work, self.backend, self.n, self.label = work, backend, n, label
-        self.env = dict(os.environ, OPENAI_BASE_URL="", AGENTRUN_DB=self.fresh_db())
+        self.tools = f"tools-{tool}.toml"
+        self.env = dict(os.environ, OPENAI_BASE_URL="", AGENTRUN_DB=self.fresh_db(),
+                        PATH=os.path.join(work, "bin") + os.pathsep + os.environ["PATH"])
         self.env.pop("OPENAI_API_KEY", None)
 
     def fresh_db(self):
@@ -92,7 +102,7 @@ class Case:
 
     def submit(self):
         def one(_):
-            subprocess.run([BIN, "submit", "task.md", "--tools", "tools.toml", "-q"],
+            subprocess.run([BIN, "submit", "task.md", "--tools", self.tools, "-q"],
                            cwd=self.work, env=self.env, check=True,
                            stdout=subprocess.DEVNULL)
         with cf.ThreadPoolExecutor(4) as pool:
@@ -128,12 +138,26 @@ class Case:
 
 
 def setup(work):
-    with open(os.path.join(work, "tools.toml"), "w") as f:
-        f.write('[tools.t]\ndescription = "Echoes its arguments"\n'
-                'input_schema = { type = "object" }\ncommand = ["cat"]\nidempotent = true\n')
+    """The task, a tools file per tool, and the `raw` tool built into work/bin (None
+    when it cannot be built)."""
+    for tool, program in (("cat", "cat"), ("raw", "agentrun-bench-echo")):
+        with open(os.path.join(work, f"tools-{tool}.toml"), "w") as f:
+            f.write('[tools.t]\ndescription = "Echoes its arguments"\n'
+                    f'input_schema = {{ type = "object" }}\ncommand = ["{program}"]\n'
+                    'idempotent = true\n')
     with open(os.path.join(work, "task.md"), "w") as f:
         f.write(f'+++\nmodel = "openai:bench"\nstream = false\nmax_steps = {CALLS + 5}\n'
                 '+++\nCall t until it is done.\n')
+    os.makedirs(os.path.join(work, "bin"))
+    built = subprocess.run(
+        ["gcc", "-O2", "-static", "-nostdlib", "-fno-stack-protector", "-o",
+         os.path.join(work, "bin", "agentrun-bench-echo"),
+         os.path.join(ROOT, "benches/scale/echo.c")], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"skipped: the raw tool (gcc could not build benches/scale/echo.c: "
+              f"{built.stderr.strip()[:200]})", flush=True)
+        return False
+    return True
 
 
 def pct(values, p):
@@ -155,9 +179,9 @@ def turn_gaps(turns):
     return gaps, firsts
 
 
-def time_case(work, backend, n, pass_no):
+def time_case(work, backend, n, pass_no, tool):
     # Its own database per pass: `run.py 500 500` times the same size twice.
-    case = Case(work, backend, n, f"{backend}{n}_{pass_no}")
+    case = Case(work, backend, n, f"{backend}{n}_{tool}_{pass_no}", tool)
     case.start_model()
     case.submit()
     before = load()
@@ -169,11 +193,21 @@ def time_case(work, backend, n, pass_no):
     proc = subprocess.Popen(args, cwd=work, env=case.env, stderr=err,
                             stdout=subprocess.DEVNULL)
     peak_conns, next_pg = 0, 0.0
+    own_cpu, tick = 0.0, os.sysconf("SC_CLK_TCK")
     while True:
-        # wait4 on this one child: its own CPU and peak RSS (ru_maxrss, KiB).
+        # wait4 on this one child: its CPU (its reaped children, the tools, included)
+        # and peak RSS (ru_maxrss, KiB).
         wpid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if wpid:
             break
+        # The worker's own CPU, without its children's: utime + stime of
+        # /proc/PID/stat, as last read before it exited.
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            own_cpu = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
         now = time.monotonic()
         if backend == "pg" and now >= next_pg:
             next_pg = now + 0.5
@@ -200,11 +234,11 @@ def time_case(work, backend, n, pass_no):
     gaps, firsts = turn_gaps(turns)
     ideal = (CALLS + 1) * DELAY
     return {
-        "case": f"{'SQLite' if backend == 'sqlite' else 'PostgreSQL'}, {n} runs",
+        "case": f"{'SQLite' if backend == 'sqlite' else 'PostgreSQL'}, {n} runs, tool {tool}",
         "exit": proc.returncode, "completed": f"{done}/{n}", "steps": steps,
         "turns": len(turns), "wall": wall, "turns_s": len(turns) / wall,
         "ideal": n / DELAY, "of_ideal": ideal / wall,
-        "cpu_user": usage.ru_utime, "cpu_sys": usage.ru_stime,
+        "cpu_user": usage.ru_utime, "cpu_sys": usage.ru_stime, "own_cpu": own_cpu,
         "peak_rss_kib": usage.ru_maxrss, "per_run_kib": usage.ru_maxrss / n,
         "peak_inflight": peak_inflight,
         "gap_ms": (pct(gaps, 50), pct(gaps, 90), pct(gaps, 99)),
@@ -255,26 +289,27 @@ def main():
     backends = ["sqlite"] + (["pg"] if PG else [])
     os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
     work = tempfile.mkdtemp(prefix="scale-bench.", dir=os.path.join(ROOT, "target"))
-    setup(work)
+    raw_built = setup(work)
+    tools = [t for t in TOOLS if t != "raw" or raw_built]
     lines = [f"Binary: {BIN}; model delay {DELAY} s, {CALLS} tool calls + 1 answer per run, "
              f"lease TTL {TTL}, poll {POLL}; {os.cpu_count()} cores.", "",
              "| case | completed | model turns | wall s | turns/s | ideal turns/s | of ideal "
-             "| CPU user+sys s | peak RSS MiB | KiB per run in flight | turns in flight "
+             "| CPU user+sys s (tools included) | agentrun's own CPU s | peak RSS MiB | KiB per run in flight | turns in flight "
              "(peak) | first request s (median) | turn gap ms (p50/p90/p99) | heartbeat writes/s "
              "| PG connections | load (1/5/15 min) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     marginal = []
     try:
         for backend in backends:
             peaks = {}
-            for pass_no, n in enumerate(sizes):
-                r = time_case(work, backend, n, pass_no)
-                peaks[n] = r["peak_rss_kib"]
+            for pass_no, (n, tool) in enumerate((n, t) for n in sizes for t in tools):
+                r = time_case(work, backend, n, pass_no, tool)
+                peaks.setdefault(n, r["peak_rss_kib"])
                 hb = "n/a" if r["heartbeats_s"] is None else f"{r['heartbeats_s']:.2f}"
                 conns = "—" if r["pg_conns"] is None else str(r["pg_conns"])
                 row = (f"| {r['case']} | {r['completed']} | {r['turns']} | {r['wall']:.1f} "
                        f"| {r['turns_s']:.0f} | {r['ideal']:.0f} | {100 * r['of_ideal']:.0f}% "
-                       f"| {r['cpu_user']:.1f}+{r['cpu_sys']:.1f} "
+                       f"| {r['cpu_user']:.1f}+{r['cpu_sys']:.1f} | {r['own_cpu']:.1f} "
                        f"| {r['peak_rss_kib'] / 1024:.1f} | {r['per_run_kib']:.0f} "
                        f"| {r['peak_inflight']} | {r['first_s']:.2f} "
                        f"| {'/'.join(f'{g:.0f}' for g in r['gap_ms'])} "
