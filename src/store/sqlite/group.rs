@@ -131,47 +131,46 @@ impl<T, F: FnOnce(&Connection) -> Result<T>> Job for Pending<T, F> {
     }
 }
 
-/// A queued write: its result goes to the slot its caller waits on.
-struct Queued<T, F> {
-    pending: Pending<T, F>,
-    slot: Arc<Mutex<Option<Result<T>>>>,
+/// Where a queued write's result goes: the slot a blocked caller waits on, or the
+/// channel an async caller awaits.
+trait Answer<T> {
+    fn answer(&mut self, result: Result<T>);
 }
 
-impl<T: Send, F: FnOnce(&Connection) -> Result<T>> Job for Queued<T, F> {
-    fn durability(&self) -> Durability {
-        self.pending.durability
-    }
-
-    fn run(&mut self, tx: &Connection) -> bool {
-        self.pending.run(tx)
-    }
-
-    fn finish(&mut self, failed: Option<&StoreError>) {
-        self.pending.finish(failed);
-        *lock(&self.slot) = self.pending.result.take();
+impl<T> Answer<T> for Arc<Mutex<Option<Result<T>>>> {
+    fn answer(&mut self, result: Result<T>) {
+        *lock(self) = Some(result);
     }
 }
 
-/// A write queued from async code: its result goes to the caller's receiver.
-struct Sent<T, F> {
-    pending: Pending<T, F>,
-    tx: Option<oneshot::Sender<Result<T>>>,
-}
-
-impl<T: Send, F: FnOnce(&Connection) -> Result<T>> Job for Sent<T, F> {
-    fn durability(&self) -> Durability {
-        self.pending.durability
-    }
-
-    fn run(&mut self, tx: &Connection) -> bool {
-        self.pending.run(tx)
-    }
-
-    fn finish(&mut self, failed: Option<&StoreError>) {
-        self.pending.finish(failed);
-        if let (Some(tx), Some(result)) = (self.tx.take(), self.pending.result.take()) {
+impl<T> Answer<T> for Option<oneshot::Sender<Result<T>>> {
+    fn answer(&mut self, result: Result<T>) {
+        if let Some(tx) = self.take() {
             // A caller that stopped waiting (its run was given up) needs no answer.
             let _ = tx.send(result);
+        }
+    }
+}
+
+/// A queued write and where its result goes.
+struct Queued<T, F, A> {
+    pending: Pending<T, F>,
+    to: A,
+}
+
+impl<T, F: FnOnce(&Connection) -> Result<T>, A: Answer<T>> Job for Queued<T, F, A> {
+    fn durability(&self) -> Durability {
+        self.pending.durability
+    }
+
+    fn run(&mut self, tx: &Connection) -> bool {
+        self.pending.run(tx)
+    }
+
+    fn finish(&mut self, failed: Option<&StoreError>) {
+        self.pending.finish(failed);
+        if let Some(result) = self.pending.result.take() {
+            self.to.answer(result);
         }
     }
 }
@@ -191,9 +190,9 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        lock(&self.queue).push(Box::new(Sent {
+        lock(&self.queue).push(Box::new(Queued {
             pending: Pending::new(durability, f),
-            tx: Some(tx),
+            to: Some(tx),
         }));
         self.wake_committer(asker);
         rx
@@ -283,7 +282,7 @@ impl Writer {
         let slot = Arc::new(Mutex::new(None));
         lock(&self.queue).push(Box::new(Queued {
             pending: Pending::new(durability, f),
-            slot: slot.clone(),
+            to: slot.clone(),
         }));
         let mut conn = lock(&self.conn);
         if let Some(done) = lock(&slot).take() {
