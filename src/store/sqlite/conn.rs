@@ -212,13 +212,20 @@ impl SqliteStore {
 
     /// [`SqliteStore::write_grouped`] from async code: the write is queued for the
     /// file's committer thread and awaited, so this thread goes on with other work
-    /// meanwhile (`group.rs`). Returns once the write is committed (or failed).
+    /// meanwhile (`group.rs`) — unless the writer is idle, when it commits here at
+    /// once. Returns once the write is committed (or failed).
     pub(super) async fn write_queued<T, F>(&self, durability: Durability, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let done = self.writer()?.enqueue(durability, self.asker(), f);
+        let writer = self.writer()?;
+        let classify = |e| self.classify(e);
+        let f = match writer.run_if_idle(Some(durability), self.busy_timeout, &classify, f) {
+            Ok(done) => return done,
+            Err(f) => f,
+        };
+        let done = writer.enqueue(durability, self.asker(), f);
         done.await.unwrap_or_else(|_| Err(group::lost()))
     }
 
@@ -229,7 +236,13 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let done = self.writer()?.enqueue_read(self.asker(), f);
+        let writer = self.writer()?;
+        let classify = |e| self.classify(e);
+        let f = match writer.run_if_idle(None, self.busy_timeout, &classify, f) {
+            Ok(done) => return done,
+            Err(f) => f,
+        };
+        let done = writer.enqueue_read(self.asker(), f);
         done.await.unwrap_or_else(|_| Err(group::lost()))
     }
 

@@ -218,6 +218,36 @@ impl Writer {
         rx
     }
 
+    /// Runs `f` at once, on this thread, when the writer is idle — nobody committing,
+    /// nothing queued — and hands `f` back otherwise: a lone run (`start`, `resume`)
+    /// then commits as it did before the committer thread, without the hop to it and
+    /// back, and only a busy process queues.
+    pub(super) fn run_if_idle<T, F>(
+        &self,
+        durability: Option<Durability>,
+        busy: Duration,
+        classify: &dyn Fn(rusqlite::Error) -> StoreError,
+        f: F,
+    ) -> std::result::Result<Result<T>, F>
+    where
+        F: FnOnce(&Connection) -> Result<T>,
+    {
+        let mut conn = match self.conn.try_lock() {
+            Ok(conn) => conn,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(f),
+        };
+        if !lock(&self.queue).is_empty() || !lock(&self.reads).is_empty() {
+            return Err(f);
+        }
+        let Some(durability) = durability else {
+            return Ok(f(&conn.conn));
+        };
+        let mut own = Pending::new(durability, f);
+        self.lead(&mut conn, busy, classify, Some(&mut own));
+        Ok(own.result.expect("the writer ran its own write"))
+    }
+
     /// Runs the queued reads, then commits the queued writes.
     fn serve(&self, conn: &mut WriterConn, asker: &Asker) {
         let reads = std::mem::take(&mut *lock(&self.reads));
@@ -592,6 +622,66 @@ mod tests {
         other.lock().unwrap().execute_batch("ROLLBACK").unwrap();
         assert!(ran_on.lock().unwrap().is_empty());
         assert_eq!(rows(&first), Vec::<String>::new());
+    }
+
+    /// Async writes that find the writer busy are queued for the committer thread:
+    /// they run there, in one transaction, and a failing one fails alone. A write
+    /// that finds it idle runs at once on its own thread.
+    #[test]
+    fn async_writes_queued_behind_a_commit_share_the_committer_s_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(store(&dir));
+        let ran_on = Arc::new(Mutex::new(Vec::new()));
+        let queued = |v: &'static str, fail: bool| {
+            let (store, ran_on) = (store.clone(), ran_on.clone());
+            async move {
+                store
+                    .write_queued(Durability::PowerCut, move |tx: &Connection| {
+                        tx.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                        ran_on.lock().unwrap().push(std::thread::current().id());
+                        if fail {
+                            return Err(StoreError::RunNotFound(v.into()));
+                        }
+                        Ok(())
+                    })
+                    .await
+            }
+        };
+        let busy = store.writer().unwrap().lock_conn();
+        let driver = std::thread::spawn({
+            let writes = [queued("a", false), queued("b", true), queued("c", false)];
+            move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let results = rt.block_on(futures_util::future::join_all(writes));
+                (results, std::thread::current().id())
+            }
+        });
+        until_queued(&store, 3);
+        drop(busy);
+        let (results, driver) = driver.join().unwrap();
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert!(
+            matches!(&results[1], Err(StoreError::RunNotFound(v)) if v == "b"),
+            "{results:?}"
+        );
+        assert_eq!(rows(&store), ["a", "c"]);
+        {
+            let ran_on = ran_on.lock().unwrap();
+            assert_eq!(ran_on.len(), 3);
+            assert!(ran_on.iter().all(|t| *t == ran_on[0]), "{ran_on:?}");
+            // Neither the awaiting thread nor this one: the committer.
+            assert_ne!(ran_on[0], driver);
+            assert_ne!(ran_on[0], std::thread::current().id());
+        }
+        // Idle now: the next write runs on the thread that awaits it.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(queued("d", false)).unwrap();
+        assert_eq!(ran_on.lock().unwrap()[3], std::thread::current().id());
+        assert_eq!(rows(&store), ["a", "c", "d"]);
     }
 
     #[test]
