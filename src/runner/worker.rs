@@ -10,8 +10,11 @@
 //! Slots on one thread share its store: on SQLite the process's one connection to the
 //! file (group commit, `store/sqlite/group.rs`), on PostgreSQL the process's bounded
 //! pool (`--db-pool`), which every thread and the pulse borrow from one call at a
-//! time — a worker never holds more connections than the pool, however many slots. A store call blocks that thread's other slots for
-//! its duration, a fraction of a millisecond.
+//! time — a worker never holds more connections than the pool, however many slots.
+//! On SQLite a slot's claim, its run's step writes, its step-boundary read and its
+//! release are queued for the file's committer thread and awaited, so the thread's
+//! other slots go on meanwhile; the rest (set-up reads, PostgreSQL's calls) block the
+//! thread for their duration.
 
 use super::lifecycle::{self, Lifecycle, StopOn};
 use super::pulse::Pulses;

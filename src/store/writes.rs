@@ -34,6 +34,11 @@
 //! - its trace events.
 //!
 //! It never costs a committed step, and never repeats a non-idempotent call.
+//!
+//! The step writes are `async` (issue 23): on SQLite a busy process queues them for
+//! the file's committer thread (`store/sqlite/group.rs`), so the thread driving a run
+//! goes on with its other runs while the write commits, and the writes of every run in
+//! flight share one transaction; each still returns only once its own write committed.
 
 use super::plan::Plan;
 use super::{
