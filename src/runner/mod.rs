@@ -33,8 +33,8 @@ use crate::model::{self, ModelRequest, Purpose};
 use crate::recovery::{self, Execution, chain::Chain};
 use crate::setup::Resolved;
 use crate::store::{
-    EscalationDetail, EscalationId, Lease, NewEscalation, RunId, RunStatus, StepCommit, Store,
-    StoreError,
+    EscalationDetail, EscalationId, Lease, NewEscalation, RunId, RunStatus, SentMessage,
+    StepCommit, Store, StoreError,
 };
 use crate::tools::CallContext;
 use crate::trace::{EventBuffer, EventSink};
@@ -101,6 +101,8 @@ struct Drive<'r> {
     /// The step this drive committed last: the step after it was begun by no one (the
     /// lease fences every other writer), so its journal need not be read.
     committed: Cell<Option<u32>>,
+    /// People's messages read alongside that commit, for the step after it.
+    sent_ahead: Cell<Option<Vec<SentMessage>>>,
 }
 
 /// A call running through the recovery chain; it answers with [`Event::CallRan`].
@@ -152,6 +154,7 @@ impl Runner {
                 .stamped(self.clock.clone()),
             escalation: Cell::new(None),
             committed: Cell::new(None),
+            sent_ahead: Cell::new(None),
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;
         let mut pending: VecDeque<Effect> =
@@ -464,11 +467,14 @@ impl Drive<'_> {
             }
             // A step not begun is where people's messages are delivered (issue 21):
             // whoever sent them, from whichever process, they are in the store.
-            None => (
-                Vec::new(),
-                Vec::new(),
-                r.store.messages_to_deliver(r.run_id()).await?,
-            ),
+            None => {
+                let ahead = self.sent_ahead.take().filter(|_| fresh);
+                let sent = match ahead {
+                    Some(sent) => sent,
+                    None => r.store.messages_to_deliver(r.run_id()).await?,
+                };
+                (Vec::new(), Vec::new(), sent)
+            }
         };
         Ok(Event::StepLoaded {
             turn,
@@ -710,26 +716,33 @@ impl Drive<'_> {
                 summary,
                 detail,
             });
-        let id = r
-            .store
-            .commit_step(
-                &r.lease,
-                &StepCommit {
-                    step: c.step,
-                    messages: &c.messages,
-                    state: &state,
-                    input_tokens: c.state.input_tokens,
-                    output_tokens: c.state.output_tokens,
-                    cost_usd: c.state.cost_usd,
-                    status: c.status,
-                    answer: c.answer.as_deref(),
-                    error: c.error.as_deref(),
-                    outcome: c.outcome.as_ref(),
-                    events: &self.events.take(),
-                    escalation: escalation.as_ref(),
-                },
-            )
-            .await?;
+        let events = self.events.take();
+        let commit = StepCommit {
+            step: c.step,
+            messages: &c.messages,
+            state: &state,
+            input_tokens: c.state.input_tokens,
+            output_tokens: c.state.output_tokens,
+            cost_usd: c.state.cost_usd,
+            status: c.status,
+            answer: c.answer.as_deref(),
+            error: c.error.as_deref(),
+            outcome: c.outcome.as_ref(),
+            events: &events,
+            escalation: escalation.as_ref(),
+        };
+        let committing = r.store.commit_step(&r.lease, &commit);
+        // A run that goes on reads people's messages for its next step along with the
+        // commit (one wait for the store, not two; the commit does not touch them).
+        let id = if c.status == RunStatus::Running {
+            let reading = r.store.messages_to_deliver(r.run_id());
+            let (id, sent) = futures_util::future::join(committing, reading).await;
+            let id = id?;
+            self.sent_ahead.set(Some(sent?));
+            id
+        } else {
+            committing.await?
+        };
         self.committed.set(Some(c.step));
         fault::point("after_commit");
         if c.state
