@@ -219,14 +219,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let writer = self.writer()?;
-        let classify = |e| self.classify(e);
-        let f = match writer.run_if_idle(Some(durability), self.busy_timeout, &classify, f) {
-            Ok(done) => return done,
-            Err(f) => f,
-        };
-        let done = writer.enqueue(durability, self.asker(), f);
-        done.await.unwrap_or_else(|_| Err(group::lost()))
+        self.queued(Some(durability), f).await
     }
 
     /// A read from async code, queued for the committer thread like
@@ -236,22 +229,28 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
+        self.queued(None, f).await
+    }
+
+    /// A write (with a durability) or a read: at once when the writer is idle, else
+    /// queued for the committer thread.
+    async fn queued<T, F>(&self, durability: Option<Durability>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
         let writer = self.writer()?;
         let classify = |e| self.classify(e);
-        let f = match writer.run_if_idle(None, self.busy_timeout, &classify, f) {
+        let f = match writer.run_if_idle(durability, self.busy_timeout, &classify, f) {
             Ok(done) => return done,
             Err(f) => f,
         };
-        let done = writer.enqueue_read(self.asker(), f);
-        done.await.unwrap_or_else(|_| Err(group::lost()))
-    }
-
-    fn asker(&self) -> group::Asker {
-        group::Asker {
+        let asker = group::Asker {
             busy: self.busy_timeout,
-            classify,
             path: self.path.clone(),
-        }
+        };
+        let done = writer.enqueue(durability, asker, f);
+        done.await.unwrap_or_else(|_| Err(group::lost()))
     }
 
     /// The process's writer to this file, opened (or joined) on first use.
@@ -284,7 +283,7 @@ impl SqliteStore {
 
 /// Names what is wrong with the file at `path`, when an SQLite error is about the
 /// file (`busy`: how long a write waited for the lock).
-fn classify(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
+pub(super) fn classify(path: &Path, busy: Duration, e: rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode as C;
     let path = path.to_path_buf();
     let message = e.to_string();

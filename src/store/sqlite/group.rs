@@ -36,7 +36,7 @@ pub(super) struct Writer {
     conn: Mutex<WriterConn>,
     /// Writes waiting for the writer, each with the slot its caller waits on.
     queue: Mutex<Vec<Box<dyn Job + Send>>>,
-    /// Reads queued from async code ([`Writer::enqueue_read`]), run by the committer
+    /// Reads queued from async code ([`Writer::enqueue`]), run by the committer
     /// before its next transaction, outside it.
     reads: Mutex<Vec<QueuedRead>>,
     /// Wakes the committer thread, started by the first [`Writer::enqueue`]; it ends
@@ -52,8 +52,13 @@ type QueuedRead = Box<dyn FnOnce(&Connection) + Send>;
 #[derive(Clone)]
 pub(super) struct Asker {
     pub busy: Duration,
-    pub classify: fn(&Path, Duration, rusqlite::Error) -> StoreError,
     pub path: PathBuf,
+}
+
+impl Asker {
+    fn classify(&self, e: rusqlite::Error) -> StoreError {
+        super::conn::classify(&self.path, self.busy, e)
+    }
 }
 
 pub(super) struct WriterConn {
@@ -177,11 +182,14 @@ impl<T, F: FnOnce(&Connection) -> Result<T>, A: Answer<T>> Job for Queued<T, F, 
 
 impl Writer {
     /// Queues `f` for the committer thread and returns where its result will come:
-    /// the caller's thread never waits for the writer (see the module doc). A
-    /// dropped sender (the committing thread panicked) means the write was lost.
+    /// the caller's thread never waits for the writer (see the module doc). With a
+    /// durability `f` is a write, run in the committer's next transaction; without,
+    /// a read, run before it and outside it (reads go through this connection, which a
+    /// commit holds, so a thread that read at once would wait the commit out). A
+    /// dropped sender (the committing thread panicked) means the work was lost.
     pub(super) fn enqueue<T, F>(
         self: &Arc<Self>,
-        durability: Durability,
+        durability: Option<Durability>,
         asker: Asker,
         f: F,
     ) -> oneshot::Receiver<Result<T>>
@@ -190,30 +198,15 @@ impl Writer {
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        lock(&self.queue).push(Box::new(Queued {
-            pending: Pending::new(durability, f),
-            to: Some(tx),
-        }));
-        self.wake_committer(asker);
-        rx
-    }
-
-    /// A read from async code, queued like [`Writer::enqueue`]'s writes: reads go
-    /// through the writer's connection (`conn.rs`, `SqliteStore::lock`), which a
-    /// commit holds, so a thread that read at once would wait out the commit.
-    pub(super) fn enqueue_read<T, F>(
-        self: &Arc<Self>,
-        asker: Asker,
-        f: F,
-    ) -> oneshot::Receiver<Result<T>>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        lock(&self.reads).push(Box::new(move |conn: &Connection| {
-            let _ = tx.send(f(conn));
-        }));
+        match durability {
+            Some(durability) => lock(&self.queue).push(Box::new(Queued {
+                pending: Pending::new(durability, f),
+                to: Some(tx),
+            })),
+            None => lock(&self.reads).push(Box::new(move |conn: &Connection| {
+                let _ = tx.send(f(conn));
+            })),
+        }
         self.wake_committer(asker);
         rx
     }
@@ -254,8 +247,7 @@ impl Writer {
         for read in reads {
             read(&conn.conn);
         }
-        let classify = |e| (asker.classify)(&asker.path, asker.busy, e);
-        self.lead(conn, asker.busy, &classify, None);
+        self.lead(conn, asker.busy, &|e| asker.classify(e), None);
     }
 
     /// Tells the committer there is work, starting it first when there is none (or
