@@ -6,6 +6,7 @@ use super::migrations::MIGRATIONS;
 use crate::store::durability::{BUSY_TIMEOUT, Durability};
 use crate::store::error::{Result, StoreError};
 use crate::store::lease::LEASE_TTL_MS;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -141,14 +142,7 @@ impl SqliteStore {
             });
         }
         switch_to_wal(&conn, self.busy_timeout).map_err(classify)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(classify)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(classify)?;
-        // Deleted rows are overwritten with zeros, not left in free space where
-        // `strings` finds a removed run's text (issue 22; see `scrub`).
-        conn.pragma_update(None, "secure_delete", "ON")
-            .map_err(classify)?;
+        set_options(&conn).map_err(classify)?;
         drop(conn);
         migrate(self, version)
     }
@@ -274,11 +268,24 @@ impl SqliteStore {
         // Every write of the process (and the per-step reads) share it.
         conn.set_prepared_statement_cache_capacity(2 * STATEMENT_CACHE);
         conn.busy_timeout(self.busy_timeout)?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.pragma_update(None, "secure_delete", "ON")?;
+        set_options(&conn)?;
         Ok(conn)
     }
+}
+
+/// What every connection of the store runs with, whichever opened it.
+fn set_options(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Deleted rows are overwritten with zeros, not left in free space where
+    // `strings` finds a removed run's text (issue 22; see `scrub`).
+    conn.pragma_update(None, "secure_delete", "ON")?;
+    // Without it SQLite may plan a statement for the values bound to it; such a
+    // statement is expired whenever its cached copy's bindings are cleared, so
+    // rusqlite's cache re-parsed it on every use (the step's read of people's
+    // messages, every step). Every plan here is chosen for the schema, not the data.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
 }
 
 /// Names what is wrong with the file at `path`, when an SQLite error is about the
@@ -387,7 +394,13 @@ fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::SqliteStore;
-    use rusqlite::Connection;
+    use crate::model::{Message, Role};
+    use crate::records::RunId;
+    use crate::store::{NewRun, Store};
+    use rusqlite::config::DbConfig;
+    use rusqlite::{Connection, ffi};
+    use std::collections::HashMap;
+    use std::ffi::CStr;
     use std::time::Duration;
 
     /// Another process holds the write lock of a fresh (not yet WAL) file: SQLite
@@ -430,5 +443,85 @@ mod tests {
             Some(rusqlite::ErrorCode::DatabaseBusy)
         );
         assert!(started.elapsed() >= Duration::from_millis(60));
+    }
+
+    /// A cached statement is parsed once, whatever values are bound to it: SQLite
+    /// otherwise plans some statements for their values and expires them each time
+    /// rusqlite's cache clears their bindings, and the step's read of people's
+    /// messages was parsed again on every step. After a first round (the schema read
+    /// in), more rounds with other runs parse nothing again.
+    #[test]
+    fn cached_statements_are_not_parsed_again_for_new_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("runs.db"), true).unwrap();
+        let Store::Sqlite(sqlite) = &store else {
+            unreachable!()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let round = |n: usize| {
+            let runs: Vec<RunId> = (0..3).map(|i| RunId(format!("run-{n}-{i}"))).collect();
+            for run in &runs {
+                submit(&store, run);
+            }
+            for sent in 1..=3 {
+                for run in &runs {
+                    sqlite.send_message(run, "a note", "ann").unwrap();
+                    let to_deliver = rt.block_on(sqlite.messages_to_deliver(run)).unwrap();
+                    assert_eq!(to_deliver.len(), sent);
+                    assert_eq!(sqlite.undelivered_messages(run).unwrap().len(), sent);
+                }
+            }
+            reprepares(&sqlite.lock().unwrap())
+        };
+        let warm = round(0);
+        let after = round(1);
+        let parsed_again: Vec<_> = after
+            .iter()
+            .filter(|(sql, n)| warm.get(*sql) != Some(n))
+            .collect();
+        assert!(parsed_again.is_empty(), "parsed again: {parsed_again:?}");
+        for conn in [&*sqlite.lock().unwrap(), &*sqlite.own()] {
+            let qpsg = conn.db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG);
+            assert!(qpsg.unwrap(), "every connection plans for the schema");
+        }
+    }
+
+    fn submit(store: &Store, id: &RunId) {
+        store
+            .submit_run(&NewRun {
+                id: id.clone(),
+                task: "task",
+                task_path: "task.md",
+                snapshot: "{}",
+                scripts: &Default::default(),
+                max_steps: 9,
+                max_tokens: 99,
+                messages: &[Message::text(Role::User, "task")],
+                state: "{}",
+            })
+            .unwrap();
+    }
+
+    /// How many times SQLite prepared each statement of `conn` again; a PRAGMA is
+    /// prepared for every run by design and left out.
+    fn reprepares(conn: &Connection) -> HashMap<String, i32> {
+        let mut found = HashMap::new();
+        // SAFETY: the connection is locked by the caller and outlives the walk; each
+        // statement pointer comes from SQLite's own list and is only read.
+        unsafe {
+            let db = conn.handle();
+            let mut stmt = ffi::sqlite3_next_stmt(db, std::ptr::null_mut());
+            while !stmt.is_null() {
+                let sql = CStr::from_ptr(ffi::sqlite3_sql(stmt)).to_string_lossy();
+                if !sql.trim_start().to_uppercase().starts_with("PRAGMA") {
+                    let n = ffi::sqlite3_stmt_status(stmt, ffi::SQLITE_STMTSTATUS_REPREPARE, 0);
+                    found.insert(sql.into_owned(), n);
+                }
+                stmt = ffi::sqlite3_next_stmt(db, stmt);
+            }
+        }
+        found
     }
 }
