@@ -70,7 +70,7 @@ impl Store {
     ) -> Result<Option<EscalationId>> {
         match self {
             Store::Sqlite(s) => s.run_plan_queued(durability, plan).await,
-            Store::Postgres(s) => s.run_plan(durability, plan),
+            Store::Postgres(s) => s.run_plan_async(durability, plan).await,
         }
     }
 
@@ -83,7 +83,7 @@ impl Store {
     ) -> Result<Option<Lease>> {
         match self {
             Store::Sqlite(s) => s.claim_queued(worker, ttl).await,
-            Store::Postgres(s) => s.claim(worker, ttl),
+            Store::Postgres(s) => s.claim_async(worker, ttl).await,
         }
     }
 
@@ -92,7 +92,7 @@ impl Store {
     pub async fn release_queued(&self, lease: &Lease) -> Result<()> {
         match self {
             Store::Sqlite(s) => s.release_queued(lease).await,
-            Store::Postgres(s) => s.release(lease),
+            Store::Postgres(s) => s.release_async(lease).await,
         }
     }
 
@@ -101,7 +101,7 @@ impl Store {
     pub async fn skip_notices_of(&self, run: &RunId) -> Result<()> {
         match self {
             Store::Sqlite(s) => s.skip_notices_of(run).await,
-            Store::Postgres(s) => s.skip_notices_of(run),
+            Store::Postgres(s) => s.skip_notices_of(run).await,
         }
     }
 
@@ -111,7 +111,7 @@ impl Store {
     pub async fn messages_to_deliver(&self, run: &RunId) -> Result<Vec<SentMessage>> {
         match self {
             Store::Sqlite(s) => s.messages_to_deliver(run).await,
-            Store::Postgres(s) => s.undelivered_messages(run),
+            Store::Postgres(s) => s.messages_to_deliver(run).await,
         }
     }
 

@@ -8,8 +8,11 @@
 //! starts, so they always run.
 
 use crate::common::{Project, Run, fresh_pg_schema, test_pg};
+use agentrun::model::{Message, Role};
+use agentrun::store::{Lease, NewRun, RunId, RunStatus, Store};
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -225,4 +228,66 @@ fn sslmode_require_against_a_server_without_tls_says_the_server_offers_none() {
         )),
         "{run}"
     );
+}
+
+/// A run's write waiting on the server (its row locked by another session) holds up
+/// neither its thread nor the other runs a worker drives on it (issue 23): another
+/// run's step read and write complete meanwhile on the same thread, and the waiting
+/// write finishes once the lock goes. (It used to block the thread until the lock
+/// went: here `lock_timeout` turns that into a failure naming it, not a hang.)
+#[test]
+fn a_write_waiting_on_the_server_does_not_hold_up_the_other_runs_on_its_thread() {
+    let Some(server) = crate::pg::pg_or_say().and(test_pg()) else {
+        return;
+    };
+    let url =
+        fresh_pg_schema(&server).replacen("options=", "options=-c%20lock_timeout%3D5000%20", 1);
+    let store = Store::open(Path::new(&url), true).expect("open the store");
+    let (a, b) = (leased_run(&store), leased_run(&store));
+    // The lock is held by a session on a thread of its own: the postgres client
+    // cannot be driven from inside the test's runtime.
+    let (locked, unlock) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let (url2, id) = (url.clone(), a.run.0.clone());
+    let holder = std::thread::spawn(move || {
+        let mut locker = postgres::Client::connect(&url2, postgres::NoTls).expect("connect");
+        let mut lock = locker.transaction().expect("begin");
+        lock.execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", &[&id])
+            .expect("lock run a's row");
+        locked.0.send(()).unwrap();
+        let _ = unlock.1.recv();
+        lock.rollback().expect("let go of the lock");
+    });
+    locked.1.recv().expect("the row is locked");
+    crate::common::wait(async {
+        let waiting = store.release_queued(&a);
+        tokio::pin!(waiting);
+        tokio::select! {
+            biased;
+            r = &mut waiting => panic!("run a's write did not wait for its locked row: {r:?}"),
+            r = async {
+                store.messages_to_deliver(&b.run).await?;
+                store.release_queued(&b).await
+            } => r.expect("run b's read and write, while a's waits"),
+        }
+        unlock.0.send(()).unwrap();
+        waiting.await.expect("run a's write, once the lock went");
+    });
+    holder.join().unwrap();
+    assert_eq!(store.run(&a.run).unwrap().status, RunStatus::Running);
+}
+
+fn leased_run(store: &Store) -> Lease {
+    store
+        .create_run(&NewRun {
+            id: RunId::generate(),
+            task: "task",
+            task_path: "task.md",
+            snapshot: "{}",
+            scripts: &Default::default(),
+            max_steps: 1,
+            max_tokens: 1,
+            messages: &[Message::text(Role::User, "task")],
+            state: "{}",
+        })
+        .expect("create run")
 }

@@ -277,6 +277,56 @@ pub(super) fn pg(e: tokio_postgres::Error) -> StoreError {
 fn gone() -> StoreError {
     StoreError::Postgres("the database connection thread stopped".into())
 }
+
+/// `f` as a connection thread's job, its result (an error if it panicked) handed to
+/// `reply`.
+fn job<T>(
+    f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
+    reply: impl FnOnce(Result<T>) + Send + 'static,
+) -> Job {
+    Box::new(move |conn: &mut Conn| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
+            .unwrap_or_else(|_| Err(gone()));
+        reply(r);
+    })
+}
+
+/// `f` run inside one transaction at `durability` on a connection, ended there either
+/// way.
+fn in_transaction<T>(
+    durability: Durability,
+    f: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+) -> impl FnOnce(&mut Conn) -> Result<T> + Send + 'static {
+    move |conn| {
+        conn.client()?;
+        let Conn {
+            client,
+            statements,
+            rt,
+            ..
+        } = conn;
+        let client = client.as_mut().expect("connected above");
+        let tx = rt.block_on(client.transaction()).map_err(pg)?;
+        let mut tx = Tx { tx, rt, statements };
+        if durability == Durability::Process {
+            tx.batch("SET LOCAL synchronous_commit = off")?;
+        }
+        let value = f(&mut tx);
+        let Tx { tx, rt, .. } = tx;
+        // Ended here either way: a dropped transaction only queues its ROLLBACK,
+        // which would wait, holding the run's row lock, for the next job.
+        match value {
+            Ok(value) => {
+                rt.block_on(tx.commit()).map_err(pg)?;
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = rt.block_on(tx.rollback());
+                Err(e)
+            }
+        }
+    }
+}
 /// This machine's name for `lease_host` (see the module doc: only ever compared with
 /// itself, to skip the TTL for a dead local holder).
 pub(super) fn host_id() -> String {
@@ -349,22 +399,43 @@ impl PgStore {
     ) -> Result<T> {
         let slot = self.pool.pool.get()?;
         let (reply, answer) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move |conn: &mut Conn| {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(conn)))
-                .unwrap_or_else(|_| Err(gone()));
-            let _ = reply.send(r);
-        });
-        if slot.slot().send(job).is_err() {
+        if slot
+            .slot()
+            .send(job(f, move |r| drop(reply.send(r))))
+            .is_err()
+        {
             slot.discard();
             return Err(gone());
         }
-        match answer.recv() {
-            Ok(r) => r,
-            Err(_) => {
-                slot.discard();
-                Err(gone())
-            }
+        answer.recv().unwrap_or_else(|_| {
+            slot.discard();
+            Err(gone())
+        })
+    }
+
+    /// [`PgStore::call`] for a task (issue 23): it awaits the connection and the answer
+    /// instead of blocking, so the thread driving a worker's runs goes on with the
+    /// others while one run's write is on the server. A task dropped meanwhile gives
+    /// the connection back at once; the job still runs to its end on it (jobs on one
+    /// connection run in order), so a later caller of that connection only waits.
+    pub(super) async fn call_async<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let slot = self.pool.pool.get_async().await?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if slot
+            .slot()
+            .send(job(f, move |r| drop(reply.send(r))))
+            .is_err()
+        {
+            slot.discard();
+            return Err(gone());
         }
+        answer.await.unwrap_or_else(|_| {
+            slot.discard();
+            Err(gone())
+        })
     }
 
     /// Runs `f` inside one transaction at the given durability.
@@ -373,35 +444,16 @@ impl PgStore {
         durability: Durability,
         f: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.call(move |conn| {
-            conn.client()?;
-            let Conn {
-                client,
-                statements,
-                rt,
-                ..
-            } = conn;
-            let client = client.as_mut().expect("connected above");
-            let tx = rt.block_on(client.transaction()).map_err(pg)?;
-            let mut tx = Tx { tx, rt, statements };
-            if durability == Durability::Process {
-                tx.batch("SET LOCAL synchronous_commit = off")?;
-            }
-            let value = f(&mut tx);
-            let Tx { tx, rt, .. } = tx;
-            // Ended here either way: a dropped transaction only queues its ROLLBACK,
-            // which would wait, holding the run's row lock, for the next job.
-            match value {
-                Ok(value) => {
-                    rt.block_on(tx.commit()).map_err(pg)?;
-                    Ok(value)
-                }
-                Err(e) => {
-                    let _ = rt.block_on(tx.rollback());
-                    Err(e)
-                }
-            }
-        })
+        self.call(in_transaction(durability, f))
+    }
+
+    /// [`PgStore::write_as`] for a task: see [`PgStore::call_async`].
+    pub(super) async fn write_as_async<T: Send + 'static>(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.call_async(in_transaction(durability, f)).await
     }
 
     pub(super) fn write<T: Send + 'static>(
@@ -417,6 +469,14 @@ impl PgStore {
         f: impl FnOnce(&mut Reader<'_>) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         self.call(move |conn| f(&mut conn.reader()?))
+    }
+
+    /// [`PgStore::read`] for a task: see [`PgStore::call_async`].
+    pub(super) async fn read_async<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Reader<'_>) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.call_async(move |conn| f(&mut conn.reader()?)).await
     }
 
     fn migrate(&self) -> Result<()> {

@@ -1,7 +1,7 @@
 //! `runs fork` and `runs send` on PostgreSQL (issue 21): the same transactions as
 //! SQLite's `store/fork.rs` and `store/sent.rs`, whose module docs give the rules.
 
-use super::conn::{PgStore, Tx};
+use super::conn::{PgStore, Reader, Tx};
 use super::write::{check_lease, insert_messages, insert_scripts};
 use crate::model::Message;
 use crate::records::{Delivery, RunId, SentMessage};
@@ -132,15 +132,13 @@ impl PgStore {
     }
 
     pub fn undelivered_messages(&self, run: &RunId) -> Result<Vec<SentMessage>> {
-        let run = run.clone();
-        self.read(move |r| {
-            let rows = r.query(
-                "SELECT id, run_id, text, sent_by, sent_at, delivered_step, delivered_seq
-                 FROM sent_messages WHERE run_id = $1 AND delivered_seq IS NULL ORDER BY id",
-                &[&run.0],
-            )?;
-            Ok(rows.iter().map(sent_row).collect())
-        })
+        self.read(undelivered(run))
+    }
+
+    /// [`PgStore::undelivered_messages`] as a driven run's step begins (see
+    /// `PgStore::call_async`).
+    pub async fn messages_to_deliver(&self, run: &RunId) -> Result<Vec<SentMessage>> {
+        self.read_async(undelivered(run)).await
     }
 
     pub fn deliver_messages(
@@ -240,5 +238,19 @@ fn sent_row(r: &Row) -> SentMessage {
             step: step as u32,
             seq,
         }),
+    }
+}
+
+fn undelivered(
+    run: &RunId,
+) -> impl FnOnce(&mut Reader<'_>) -> Result<Vec<SentMessage>> + Send + 'static {
+    let run = run.clone();
+    move |r| {
+        let rows = r.query(
+            "SELECT id, run_id, text, sent_by, sent_at, delivered_step, delivered_seq
+             FROM sent_messages WHERE run_id = $1 AND delivered_seq IS NULL ORDER BY id",
+            &[&run.0],
+        )?;
+        Ok(rows.iter().map(sent_row).collect())
     }
 }

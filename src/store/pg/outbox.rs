@@ -5,7 +5,7 @@ use super::conn::host_id;
 use super::conn::{PgStore, Tx};
 use crate::config::types::NotifyEvent;
 use crate::records::{RunId, RunStatus};
-use crate::store::durability::now_ms;
+use crate::store::durability::{Durability, now_ms};
 use crate::store::error::Result;
 use crate::store::lease::process_alive;
 use crate::store::outbox::{CLAIM_MS, Delivery, Notice, ends_run, new_id};
@@ -123,9 +123,11 @@ impl PgStore {
     }
 
     /// See `SqliteStore::skip_notices_of`.
-    pub fn skip_notices_of(&self, run: &RunId) -> Result<()> {
+    /// Marks every pending notice of `run` skipped (a run without `[notify]` ended);
+    /// from the task driving it, which goes on meanwhile (see `PgStore::call_async`).
+    pub async fn skip_notices_of(&self, run: &RunId) -> Result<()> {
         let run = run.clone();
-        self.write(move |tx| {
+        self.write_as_async(Durability::PowerCut, move |tx| {
             tx.exec(
                 "UPDATE outbox SET state = 'skipped', claim_until = NULL
                  WHERE run_id = $1 AND state = 'pending'",
@@ -133,6 +135,7 @@ impl PgStore {
             )?;
             Ok(())
         })
+        .await
     }
 
     pub fn mark_notice(&self, id: &str, how: &Delivery) -> Result<()> {

@@ -22,6 +22,19 @@ impl PgStore {
         let host = self.host.clone();
         self.write_as(durability, move |tx| apply(tx, &plan, &host))
     }
+
+    /// [`PgStore::run_plan`] for a driven run's own writes: the thread driving it goes
+    /// on with its other runs while the transaction is on the server (see
+    /// `PgStore::call_async`).
+    pub(crate) async fn run_plan_async(
+        &self,
+        durability: Durability,
+        plan: Plan,
+    ) -> Result<Option<EscalationId>> {
+        let host = self.host.clone();
+        self.write_as_async(durability, move |tx| apply(tx, &plan, &host))
+            .await
+    }
 }
 
 fn apply(tx: &mut Tx<'_>, plan: &Plan, host: &str) -> Result<Option<EscalationId>> {

@@ -63,7 +63,10 @@ pub struct Pool<S> {
     display: PathBuf,
     make: Make<S>,
     state: Mutex<State<S>>,
+    /// Wakes a thread waiting in [`Pool::get`] when a slot comes back…
     freed: Condvar,
+    /// …and a task waiting in [`Pool::get_async`].
+    freed_async: tokio::sync::Notify,
 }
 
 struct State<S> {
@@ -85,6 +88,7 @@ impl<S> Pool<S> {
                 waiting: 0,
             }),
             freed: Condvar::new(),
+            freed_async: tokio::sync::Notify::new(),
         }
     }
 
@@ -100,22 +104,11 @@ impl<S> Pool<S> {
             if st.open < self.size {
                 st.open += 1;
                 drop(st);
-                return match (self.make)() {
-                    Ok(slot) => Ok(self.pooled(slot)),
-                    Err(e) => {
-                        self.lock().open -= 1;
-                        self.freed.notify_one();
-                        Err(e)
-                    }
-                };
+                return self.make_reserved();
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(StoreError::PoolExhausted {
-                    path: self.display.clone(),
-                    size: self.size,
-                    waited_ms: self.wait.as_millis(),
-                });
+                return Err(self.exhausted());
             }
             st.waiting += 1;
             st = self
@@ -125,6 +118,58 @@ impl<S> Pool<S> {
                 .0;
             st.waiting -= 1;
         }
+    }
+
+    /// [`Pool::get`] for a task (issue 23): while every slot is busy it waits without
+    /// blocking its thread, so a worker's thread goes on driving its other runs.
+    pub async fn get_async(&self) -> Result<Pooled<'_, S>> {
+        let deadline = tokio::time::Instant::now() + self.wait;
+        loop {
+            // Registered before looking, so a slot given back in between still wakes it.
+            let freed = self.freed_async.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if let Some(slot) = st.idle.pop() {
+                    return Ok(self.pooled(slot));
+                }
+                if st.open < self.size {
+                    st.open += 1;
+                    drop(st);
+                    return self.make_reserved();
+                }
+            }
+            let _counted = Waiting::new(self);
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return Err(self.exhausted());
+            }
+        }
+    }
+
+    /// Opens the slot the caller already counted in `open`; uncounts it on failure.
+    fn make_reserved(&self) -> Result<Pooled<'_, S>> {
+        match (self.make)() {
+            Ok(slot) => Ok(self.pooled(slot)),
+            Err(e) => {
+                self.lock().open -= 1;
+                self.notify_freed();
+                Err(e)
+            }
+        }
+    }
+
+    fn exhausted(&self) -> StoreError {
+        StoreError::PoolExhausted {
+            path: self.display.clone(),
+            size: self.size,
+            waited_ms: self.wait.as_millis(),
+        }
+    }
+
+    fn notify_freed(&self) {
+        self.freed.notify_one();
+        self.freed_async.notify_one();
     }
 
     pub fn status(&self) -> PoolStatus {
@@ -177,7 +222,24 @@ impl<S> Drop for Pooled<'_, S> {
             None => st.open -= 1,
         }
         drop(st);
-        self.pool.freed.notify_one();
+        self.pool.notify_freed();
+    }
+}
+
+/// A task counted in [`PoolStatus::waiting`] while it waits, however its wait ends
+/// (its future may be dropped).
+struct Waiting<'p, S>(&'p Pool<S>);
+
+impl<'p, S> Waiting<'p, S> {
+    fn new(pool: &'p Pool<S>) -> Self {
+        pool.lock().waiting += 1;
+        Waiting(pool)
+    }
+}
+
+impl<S> Drop for Waiting<'_, S> {
+    fn drop(&mut self) {
+        self.0.lock().waiting -= 1;
     }
 }
 
@@ -242,6 +304,78 @@ mod tests {
         drop(held);
         assert_eq!(waiter.join().unwrap(), 0);
         assert_eq!(made.load(Ordering::SeqCst), 1);
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// A task waiting for a slot is counted while it waits, does not hold up its
+    /// thread (another task on it gives the slot back), and gets that slot.
+    #[test]
+    fn a_waiting_task_gets_the_slot_another_task_gives_back() {
+        let (pool, made) = counting(1, Duration::from_secs(30));
+        let got = block_on(async {
+            let held = pool.get_async().await.unwrap();
+            let waiter = pool.get_async();
+            let giver = async {
+                while pool.status().waiting == 0 {
+                    tokio::task::yield_now().await;
+                }
+                drop(held);
+            };
+            let (got, ()) = tokio::join!(waiter, giver);
+            *got.unwrap().slot()
+        });
+        assert_eq!(got, 0);
+        assert_eq!(made.load(Ordering::SeqCst), 1);
+        assert_eq!(pool.status().waiting, 0);
+    }
+
+    /// Every slot busy: the task fails after the wait like a thread does, and a task
+    /// dropped while it waits is no longer counted.
+    #[test]
+    fn a_waiting_task_fails_after_the_wait_and_a_dropped_one_is_uncounted() {
+        let (pool, _) = counting(1, Duration::from_millis(50));
+        let _held = pool.get().unwrap();
+        let began = Instant::now();
+        let err = block_on(pool.get_async()).err().expect("exhausted");
+        assert!(began.elapsed() >= Duration::from_millis(50));
+        assert!(err.to_string().contains("all 1 connections"), "{err}");
+        block_on(async {
+            let mut waiter = Box::pin(pool.get_async());
+            assert!(futures_util::poll!(waiter.as_mut()).is_pending());
+            assert_eq!(pool.status().waiting, 1);
+        });
+        assert_eq!(pool.status().waiting, 0);
+    }
+
+    /// A slot given back wakes a thread in `get` as well as a task in `get_async`.
+    #[test]
+    fn a_slot_given_back_by_a_thread_reaches_a_waiting_task() {
+        let (pool, _) = counting(1, Duration::from_secs(30));
+        let held = pool.get().unwrap();
+        let p = pool.clone();
+        let giver = std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(10);
+            while p.status().waiting == 0 {
+                assert!(Instant::now() < until, "the task never waited");
+                std::thread::yield_now();
+            }
+        });
+        let got = block_on(async {
+            let waiter = pool.get_async();
+            tokio::pin!(waiter);
+            assert!(futures_util::poll!(waiter.as_mut()).is_pending());
+            giver.join().unwrap();
+            drop(held);
+            *waiter.await.unwrap().slot()
+        });
+        assert_eq!(got, 0);
     }
 
     #[test]

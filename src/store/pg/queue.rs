@@ -1,9 +1,9 @@
 //! The run queue on PostgreSQL (issue 17): `FOR UPDATE SKIP LOCKED` lets many workers
 //! on many machines claim at once, each skipping rows another is claiming.
 
-use super::conn::PgStore;
+use super::conn::{PgStore, Tx};
 use crate::records::RunId;
-use crate::store::durability::now_ms;
+use crate::store::durability::{Durability, now_ms};
 use crate::store::error::Result;
 use crate::store::lease::Lease;
 use std::time::Duration;
@@ -12,11 +12,26 @@ impl PgStore {
     /// See `SqliteStore::claim`; here `FOR UPDATE SKIP LOCKED` lets many workers on
     /// many machines claim at once, each skipping rows another is claiming.
     pub fn claim(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.write(self.claim_tx(worker, ttl))
+    }
+
+    /// [`PgStore::claim`] from a worker's slot, which goes on driving its other runs
+    /// while it waits (see `PgStore::call_async`).
+    pub async fn claim_async(&self, worker: &str, ttl: Duration) -> Result<Option<Lease>> {
+        self.write_as_async(Durability::PowerCut, self.claim_tx(worker, ttl))
+            .await
+    }
+
+    fn claim_tx(
+        &self,
+        worker: &str,
+        ttl: Duration,
+    ) -> impl FnOnce(&mut Tx<'_>) -> Result<Option<Lease>> + Send + 'static {
         let ttl = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let me = std::process::id() as i64;
         let host = self.host.clone();
         let worker = worker.to_string();
-        self.write(move |tx| {
+        move |tx| {
             // Read when the transaction runs, not before it waited for the connection.
             let now = now_ms();
             let Some(row) = tx.opt(
@@ -41,7 +56,7 @@ impl PgStore {
                 run: RunId(id),
                 token: token + 1,
             }))
-        })
+        }
     }
 
     pub fn requeue(&self, id: &RunId) -> Result<bool> {

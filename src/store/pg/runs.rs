@@ -1,6 +1,6 @@
 //! Run rows on PostgreSQL: creation, lookup, listing, status and the lease.
 
-use super::conn::PgStore;
+use super::conn::{PgStore, Tx};
 use super::rows::{run_columns, run_row};
 use super::write::check_lease;
 use crate::records::{RunId, RunRow, RunStatus};
@@ -55,15 +55,13 @@ impl PgStore {
     }
 
     pub fn release(&self, lease: &Lease) -> Result<()> {
-        let lease = lease.clone();
-        self.write(move |tx| {
-            tx.exec(
-                "UPDATE runs SET lease_pid = NULL, lease_worker = NULL
-                 WHERE id = $1 AND lease_token = $2",
-                &[&lease.run.0, &lease.token],
-            )?;
-            Ok(())
-        })
+        self.write(release_tx(lease))
+    }
+
+    /// [`PgStore::release`] as a driven run ends (see `PgStore::call_async`).
+    pub async fn release_async(&self, lease: &Lease) -> Result<()> {
+        self.write_as_async(Durability::PowerCut, release_tx(lease))
+            .await
     }
 
     pub fn heartbeat(&self, lease: &Lease) -> Result<()> {
@@ -256,3 +254,15 @@ const RECENT_RUNS_PLAN: &str = "EXPLAIN SELECT id, task, task_path, status, max_
      max_tokens, steps, input_tokens, output_tokens, answer, error, lease_pid, created_at, \
      updated_at FROM runs WHERE ($1::text IS NULL OR status = $1) \
      ORDER BY created_at DESC, seq DESC LIMIT $2";
+
+fn release_tx(lease: &Lease) -> impl FnOnce(&mut Tx<'_>) -> Result<()> + Send + 'static {
+    let lease = lease.clone();
+    move |tx| {
+        tx.exec(
+            "UPDATE runs SET lease_pid = NULL, lease_worker = NULL
+             WHERE id = $1 AND lease_token = $2",
+            &[&lease.run.0, &lease.token],
+        )?;
+        Ok(())
+    }
+}
