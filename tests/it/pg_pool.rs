@@ -291,3 +291,43 @@ fn leased_run(store: &Store) -> Lease {
         })
         .expect("create run")
 }
+
+/// Connections used by tasks go back to the pool when the server has answered, not
+/// when each task next runs (issue 23): a thread whose tasks took every connection
+/// and then blocks on the pool itself (a blocking store call) would otherwise wait
+/// for connections only it could give back, until the pool's 20 s timeout.
+#[test]
+fn connections_used_by_tasks_go_back_before_the_tasks_run_again() {
+    let Some(server) = crate::pg::pg_or_say().and(test_pg()) else {
+        return;
+    };
+    let url = fresh_pg_schema(&server);
+    let store = Store::open(Path::new(&url), true).expect("open the store");
+    let run = leased_run(&store).run;
+    let size = store.pool_status().expect("a pool").size;
+    crate::common::wait(async {
+        let mut reads: Vec<_> = (0..size)
+            .map(|_| Box::pin(store.messages_to_deliver(&run)))
+            .collect();
+        for read in &mut reads {
+            assert!(futures_util::poll!(read.as_mut()).is_pending());
+        }
+        // Not one of the tasks runs again until the blocking call below returned.
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = store.pool_status().unwrap();
+            if status.idle == status.open {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "connections still held by tasks that have not run: {status:?}"
+            );
+            std::thread::yield_now();
+        }
+        assert!(store.undelivered_messages(&run).unwrap().is_empty());
+        for read in reads {
+            assert!(read.await.unwrap().is_empty());
+        }
+    });
+}

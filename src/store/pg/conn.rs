@@ -415,25 +415,31 @@ impl PgStore {
 
     /// [`PgStore::call`] for a task (issue 23): it awaits the connection and the answer
     /// instead of blocking, so the thread driving a worker's runs goes on with the
-    /// others while one run's write is on the server. A task dropped meanwhile gives
-    /// the connection back at once; the job still runs to its end on it (jobs on one
-    /// connection run in order), so a later caller of that connection only waits.
+    /// others while one run's write is on the server.
+    ///
+    /// The connection goes back to the pool from its own thread as soon as the job is
+    /// done, not when this task next runs: a task holding a connection while its
+    /// thread blocks elsewhere (a blocking call to the same pool) would otherwise keep
+    /// it from everyone, that thread included. A task dropped meanwhile leaves the job
+    /// to finish on its connection, which then goes back the same way.
     pub(super) async fn call_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let slot = self.pool.pool.get_async().await?;
+        let slot = self.pool.pool.get_async().await?.detach();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        if slot
-            .slot()
-            .send(job(f, move |r| drop(reply.send(r))))
-            .is_err()
-        {
-            slot.discard();
+        let (pool, back) = (self.pool.clone(), slot.clone());
+        let job = job(f, move |r| {
+            pool.pool.put(back);
+            let _ = reply.send(r);
+        });
+        if slot.send(job).is_err() {
+            self.pool.pool.lost();
             return Err(gone());
         }
         answer.await.unwrap_or_else(|_| {
-            slot.discard();
+            // The job was dropped unrun: its connection thread is gone.
+            self.pool.pool.lost();
             Err(gone())
         })
     }

@@ -152,8 +152,7 @@ impl<S> Pool<S> {
         match (self.make)() {
             Ok(slot) => Ok(self.pooled(slot)),
             Err(e) => {
-                self.lock().open -= 1;
-                self.notify_freed();
+                self.lost();
                 Err(e)
             }
         }
@@ -165,6 +164,18 @@ impl<S> Pool<S> {
             size: self.size,
             waited_ms: self.wait.as_millis(),
         }
+    }
+
+    /// Gives back a slot taken with [`Pooled::detach`].
+    pub fn put(&self, slot: S) {
+        self.lock().idle.push(slot);
+        self.notify_freed();
+    }
+
+    /// Forgets a detached slot that broke: another may be opened in its place.
+    pub fn lost(&self) {
+        self.lock().open -= 1;
+        self.notify_freed();
     }
 
     fn notify_freed(&self) {
@@ -186,6 +197,7 @@ impl<S> Pool<S> {
         Pooled {
             pool: self,
             slot: Some(slot),
+            broken: false,
         }
     }
 
@@ -197,10 +209,12 @@ impl<S> Pool<S> {
 }
 
 /// A slot taken from the pool; it goes back when dropped, unless [`Pooled::discard`]
-/// said it is broken (then the pool may open another in its place).
+/// said it is broken (then the pool may open another in its place) or
+/// [`Pooled::detach`] handed it to whoever ends the work on it.
 pub struct Pooled<'p, S> {
     pool: &'p Pool<S>,
     slot: Option<S>,
+    broken: bool,
 }
 
 impl<S> Pooled<'_, S> {
@@ -210,19 +224,23 @@ impl<S> Pooled<'_, S> {
 
     /// Drops the slot instead of returning it (its connection thread is gone).
     pub fn discard(mut self) {
-        self.slot = None;
+        self.broken = true;
+    }
+
+    /// The slot itself, no longer given back by this guard: the work that ends on it
+    /// returns it with [`Pool::put`], or [`Pool::lost`] when it broke.
+    pub fn detach(mut self) -> S {
+        self.slot.take().expect("present until dropped")
     }
 }
 
 impl<S> Drop for Pooled<'_, S> {
     fn drop(&mut self) {
-        let mut st = self.pool.lock();
-        match self.slot.take() {
-            Some(slot) => st.idle.push(slot),
-            None => st.open -= 1,
+        match (self.slot.take(), self.broken) {
+            (Some(slot), false) => self.pool.put(slot),
+            (_, true) => self.pool.lost(),
+            (None, false) => {}
         }
-        drop(st);
-        self.pool.notify_freed();
     }
 }
 
@@ -376,6 +394,23 @@ mod tests {
             *waiter.await.unwrap().slot()
         });
         assert_eq!(got, 0);
+    }
+
+    /// A detached slot is the holder's to give back (from any thread): its guard
+    /// neither returns nor forgets it; `put` returns it, `lost` frees its place.
+    #[test]
+    fn a_detached_slot_comes_back_by_put_or_frees_its_place_by_lost() {
+        let (pool, made) = counting(1, Duration::from_millis(10));
+        let slot = pool.get().unwrap().detach();
+        assert_eq!((pool.status().open, pool.status().idle), (1, 0));
+        assert!(pool.get().is_err(), "still taken after its guard is gone");
+        pool.put(slot);
+        assert_eq!(*pool.get().unwrap().slot(), 0, "given back, and reused");
+        let _ = pool.get().unwrap().detach();
+        pool.lost();
+        assert_eq!(pool.status().open, 0);
+        assert_eq!(*pool.get().unwrap().slot(), 1, "a new one in its place");
+        assert_eq!(made.load(Ordering::SeqCst), 2);
     }
 
     #[test]
