@@ -5,35 +5,15 @@
 //! a foreign holder is simulated by writing pid 1 (always alive) into the lease, and
 //! an old heartbeat by writing its timestamp, so nothing waits on a clock.
 
-use crate::common::{Db, Project, wait};
+use crate::common::{Db, Project, leased_run, wait};
 use agentrun::model::{Message, ModelResponse, Role, StopReason, Usage};
 use agentrun::store::{
-    CallRecord, CallStatus, Lease, NewRun, RunId, RunStatus, StepCommit, Store, StoreError,
+    CallRecord, CallStatus, Lease, RunId, RunStatus, StepCommit, Store, StoreError,
 };
 use serde_json::json;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
-
-fn new_run(store: &Store) -> Lease {
-    let messages = [
-        Message::text(Role::System, "sys"),
-        Message::text(Role::User, "task"),
-    ];
-    store
-        .create_run(&NewRun {
-            id: RunId::generate(),
-            task: "task",
-            task_path: "task.md",
-            snapshot: "{}",
-            scripts: &Default::default(),
-            max_steps: 10,
-            max_tokens: 1000,
-            messages: &messages,
-            state: "{}",
-        })
-        .expect("create run")
-}
 
 /// Makes the run look held by another live process whose last sign of life was
 /// `age_ms` ago.
@@ -83,7 +63,7 @@ fn a_stale_holders_late_writes_are_rejected_after_a_takeover() {
 pub fn stale_holder_fenced(db: &Db) {
     let p = Project::on(db);
     let a = Store::open(&p.db(), true).unwrap();
-    let stale = new_run(&a);
+    let stale = leased_run(&a);
     let b = Store::open(&p.db(), false).unwrap();
     // Same pid, so B may take over at once (as after a pid reuse or an expired lease).
     let current = b.acquire(&stale.run).unwrap();
@@ -152,7 +132,7 @@ fn a_live_holder_with_a_fresh_heartbeat_keeps_the_run() {
 pub fn live_holder_keeps(db: &Db) {
     let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
-    let lease = new_run(&store);
+    let lease = leased_run(&store);
     held_by_pid_1(&p, &lease.run, 1_000);
     let err = store.acquire(&lease.run).unwrap_err();
     assert!(
@@ -175,7 +155,7 @@ fn a_holder_silent_past_the_lease_ttl_loses_the_run_even_if_its_pid_lives() {
 pub fn silent_holder_loses(db: &Db) {
     let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
-    let lease = new_run(&store);
+    let lease = leased_run(&store);
     // Silent for 61 s: past the default 60 s TTL.
     held_by_pid_1(&p, &lease.run, 61_000);
     let patient = Store::open(&p.db(), false)
@@ -202,7 +182,7 @@ fn a_heartbeat_keeps_a_lease_alive() {
 pub fn heartbeat_keeps(db: &Db) {
     let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
-    let lease = new_run(&store);
+    let lease = leased_run(&store);
     let short = Store::open(&p.db(), false)
         .unwrap()
         .with_lease_ttl(Duration::from_secs(5));
@@ -226,7 +206,7 @@ fn one_batched_heartbeat_keeps_every_lease_and_skips_a_lost_one() {
 pub fn batched_heartbeat_keeps(db: &Db) {
     let p = Project::on(db);
     let store = Store::open(&p.db(), true).unwrap();
-    let leases: Vec<Lease> = (0..3).map(|_| new_run(&store)).collect();
+    let leases: Vec<Lease> = (0..3).map(|_| leased_run(&store)).collect();
     let short = Store::open(&p.db(), false)
         .unwrap()
         .with_lease_ttl(Duration::from_secs(5));
@@ -271,7 +251,7 @@ fn the_worker_pulse_beats_for_every_run_and_stops_the_cancelled_one() {
     use std::sync::Arc;
     let p = Project::new();
     let store = Store::open(&p.db(), true).unwrap();
-    let (a, b) = (new_run(&store), new_run(&store));
+    let (a, b) = (leased_run(&store), leased_run(&store));
     let pulses = Arc::new(Pulses::default());
     let (tx_a, mut rx_a) = tokio::sync::mpsc::unbounded_channel();
     let (tx_b, mut rx_b) = tokio::sync::mpsc::unbounded_channel();

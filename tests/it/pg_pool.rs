@@ -7,9 +7,8 @@
 //! without it); the connect-timeout and no-TLS tests use a small server the test
 //! starts, so they always run.
 
-use crate::common::{Project, Run, fresh_pg_schema, test_pg};
-use agentrun::model::{Message, Role};
-use agentrun::store::{Lease, NewRun, RunId, RunStatus, Store};
+use crate::common::{Project, Run, fresh_pg_schema, leased_run, test_pg};
+use agentrun::store::{RunStatus, Store};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -274,22 +273,6 @@ fn a_write_waiting_on_the_server_does_not_hold_up_the_other_runs_on_its_thread()
     });
     holder.join().unwrap();
     assert_eq!(store.run(&a.run).unwrap().status, RunStatus::Running);
-}
-
-fn leased_run(store: &Store) -> Lease {
-    store
-        .create_run(&NewRun {
-            id: RunId::generate(),
-            task: "task",
-            task_path: "task.md",
-            snapshot: "{}",
-            scripts: &Default::default(),
-            max_steps: 1,
-            max_tokens: 1,
-            messages: &[Message::text(Role::User, "task")],
-            state: "{}",
-        })
-        .expect("create run")
 }
 
 /// Connections used by tasks go back to the pool when the server has answered, not

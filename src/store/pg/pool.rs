@@ -16,7 +16,7 @@
 use crate::store::error::{Result, StoreError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Connections per process unless `--db-pool`, `AGENTRUN_DB_POOL` or `db_pool` in the
@@ -98,14 +98,10 @@ impl<S> Pool<S> {
         let deadline = Instant::now() + self.wait;
         let mut st = self.lock();
         loop {
-            if let Some(slot) = st.idle.pop() {
-                return Ok(self.pooled(slot));
-            }
-            if st.open < self.size {
-                st.open += 1;
-                drop(st);
-                return self.make_reserved();
-            }
+            st = match self.take(st) {
+                Ok(taken) => return taken,
+                Err(st) => st,
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(self.exhausted());
@@ -129,22 +125,31 @@ impl<S> Pool<S> {
             let freed = self.freed_async.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            {
-                let mut st = self.lock();
-                if let Some(slot) = st.idle.pop() {
-                    return Ok(self.pooled(slot));
-                }
-                if st.open < self.size {
-                    st.open += 1;
-                    drop(st);
-                    return self.make_reserved();
-                }
+            if let Ok(taken) = self.take(self.lock()) {
+                return taken;
             }
             let _counted = Waiting::new(self);
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
                 return Err(self.exhausted());
             }
         }
+    }
+
+    /// A free slot, or a new one when fewer than `size` are open; else the lock back,
+    /// still held, so a waiter cannot miss a slot given back before it waits.
+    fn take<'p>(
+        &'p self,
+        mut st: MutexGuard<'p, State<S>>,
+    ) -> std::result::Result<Result<Pooled<'p, S>>, MutexGuard<'p, State<S>>> {
+        if let Some(slot) = st.idle.pop() {
+            return Ok(Ok(self.pooled(slot)));
+        }
+        if st.open < self.size {
+            st.open += 1;
+            drop(st);
+            return Ok(self.make_reserved());
+        }
+        Err(st)
     }
 
     /// Opens the slot the caller already counted in `open`; uncounts it on failure.
@@ -201,7 +206,7 @@ impl<S> Pool<S> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State<S>> {
+    fn lock(&self) -> MutexGuard<'_, State<S>> {
         // A panic while holding the lock leaves the counts consistent (no await
         // points, no partial updates), so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())

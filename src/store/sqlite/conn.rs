@@ -394,9 +394,8 @@ fn migrate(store: &SqliteStore, from: i64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::SqliteStore;
-    use crate::model::{Message, Role};
     use crate::records::RunId;
-    use crate::store::{NewRun, Store};
+    use crate::store::Store;
     use rusqlite::config::DbConfig;
     use rusqlite::{Connection, ffi};
     use std::collections::HashMap;
@@ -463,7 +462,7 @@ mod tests {
         let round = |n: usize| {
             let runs: Vec<RunId> = (0..3).map(|i| RunId(format!("run-{n}-{i}"))).collect();
             for run in &runs {
-                submit(&store, run);
+                super::super::queue::tests::submit(&store, &run.0);
             }
             for sent in 1..=3 {
                 for run in &runs {
@@ -486,22 +485,6 @@ mod tests {
             let qpsg = conn.db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG);
             assert!(qpsg.unwrap(), "every connection plans for the schema");
         }
-    }
-
-    fn submit(store: &Store, id: &RunId) {
-        store
-            .submit_run(&NewRun {
-                id: id.clone(),
-                task: "task",
-                task_path: "task.md",
-                snapshot: "{}",
-                scripts: &Default::default(),
-                max_steps: 9,
-                max_tokens: 99,
-                messages: &[Message::text(Role::User, "task")],
-                state: "{}",
-            })
-            .unwrap();
     }
 
     /// How many times SQLite prepared each statement of `conn` again; a PRAGMA is

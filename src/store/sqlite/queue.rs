@@ -138,7 +138,7 @@ impl Claim {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::model::{Message, Role};
     use crate::records::RunId;
     use crate::store::{NewRun, Store};
@@ -146,7 +146,8 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(60);
 
-    fn submit(store: &Store, id: &str) {
+    /// Queues a run `id` with placeholder contents (shared with the other store tests).
+    pub(in crate::store::sqlite) fn submit(store: &Store, id: &str) {
         store
             .submit_run(&NewRun {
                 id: RunId(id.into()),

@@ -470,3 +470,25 @@ for line in sys.stdin:
         result = {}
     print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
 "#;
+
+/// A new run on `store`, leased to this process, with a system and a user message.
+pub fn leased_run(store: &agentrun::store::Store) -> agentrun::store::Lease {
+    use agentrun::model::{Message, Role};
+    let messages = [
+        Message::text(Role::System, "sys"),
+        Message::text(Role::User, "task"),
+    ];
+    store
+        .create_run(&agentrun::store::NewRun {
+            id: agentrun::store::RunId::generate(),
+            task: "task",
+            task_path: "task.md",
+            snapshot: "{}",
+            scripts: &Default::default(),
+            max_steps: 10,
+            max_tokens: 1000,
+            messages: &messages,
+            state: "{}",
+        })
+        .expect("create run")
+}
