@@ -397,51 +397,54 @@ impl PgStore {
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let slot = self.pool.pool.get()?;
+        let slot = self.pool.pool.get()?.detach();
         let (reply, answer) = mpsc::sync_channel(1);
-        if slot
-            .slot()
-            .send(job(f, move |r| drop(reply.send(r))))
-            .is_err()
-        {
-            slot.discard();
-            return Err(gone());
-        }
-        answer.recv().unwrap_or_else(|_| {
-            slot.discard();
-            Err(gone())
-        })
+        self.dispatch(slot, f, move |r| drop(reply.send(r)))?;
+        answer.recv().unwrap_or_else(|_| self.connection_gone())
     }
 
     /// [`PgStore::call`] for a task (issue 23): it awaits the connection and the answer
     /// instead of blocking, so the thread driving a worker's runs goes on with the
-    /// others while one run's write is on the server.
-    ///
-    /// The connection goes back to the pool from its own thread as soon as the job is
-    /// done, not when this task next runs: a task holding a connection while its
-    /// thread blocks elsewhere (a blocking call to the same pool) would otherwise keep
-    /// it from everyone, that thread included. A task dropped meanwhile leaves the job
-    /// to finish on its connection, which then goes back the same way.
+    /// others while one run's write is on the server. A task dropped meanwhile leaves
+    /// the job to finish on its connection, which goes back as ever (see
+    /// [`PgStore::dispatch`]).
     pub(super) async fn call_async<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let slot = self.pool.pool.get_async().await?.detach();
         let (reply, answer) = tokio::sync::oneshot::channel();
+        self.dispatch(slot, f, move |r| drop(reply.send(r)))?;
+        answer.await.unwrap_or_else(|_| self.connection_gone())
+    }
+
+    /// Sends `f` to the connection `slot` (taken from the pool), its answer to `reply`.
+    /// The connection goes back to the pool from its own thread as soon as the job is
+    /// done, not when the caller next runs: a task holding a connection while its
+    /// thread blocks elsewhere (a blocking call to the same pool) would otherwise keep
+    /// it from everyone, that thread included.
+    fn dispatch<T: Send + 'static>(
+        &self,
+        slot: Slot,
+        f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
+        reply: impl FnOnce(Result<T>) + Send + 'static,
+    ) -> Result<()> {
         let (pool, back) = (self.pool.clone(), slot.clone());
         let job = job(f, move |r| {
             pool.pool.put(back);
-            let _ = reply.send(r);
+            reply(r);
         });
-        if slot.send(job).is_err() {
+        slot.send(job).map_err(|_| {
             self.pool.pool.lost();
-            return Err(gone());
-        }
-        answer.await.unwrap_or_else(|_| {
-            // The job was dropped unrun: its connection thread is gone.
-            self.pool.pool.lost();
-            Err(gone())
+            gone()
         })
+    }
+
+    /// The answer never came: the job was dropped unrun, so its connection thread is
+    /// gone, and the pool may open another in its place.
+    fn connection_gone<T>(&self) -> Result<T> {
+        self.pool.pool.lost();
+        Err(gone())
     }
 
     /// Runs `f` inside one transaction at the given durability.

@@ -202,7 +202,6 @@ impl<S> Pool<S> {
         Pooled {
             pool: self,
             slot: Some(slot),
-            broken: false,
         }
     }
 
@@ -213,23 +212,18 @@ impl<S> Pool<S> {
     }
 }
 
-/// A slot taken from the pool; it goes back when dropped, unless [`Pooled::discard`]
-/// said it is broken (then the pool may open another in its place) or
-/// [`Pooled::detach`] handed it to whoever ends the work on it.
+/// A slot taken from the pool; it goes back when dropped, unless [`Pooled::detach`]
+/// handed it to whoever ends the work on it.
 pub struct Pooled<'p, S> {
     pool: &'p Pool<S>,
     slot: Option<S>,
-    broken: bool,
 }
 
 impl<S> Pooled<'_, S> {
+    /// The slot, still the guard's (the tests read it in place).
+    #[cfg(test)]
     pub fn slot(&self) -> &S {
         self.slot.as_ref().expect("present until dropped")
-    }
-
-    /// Drops the slot instead of returning it (its connection thread is gone).
-    pub fn discard(mut self) {
-        self.broken = true;
     }
 
     /// The slot itself, no longer given back by this guard: the work that ends on it
@@ -241,10 +235,8 @@ impl<S> Pooled<'_, S> {
 
 impl<S> Drop for Pooled<'_, S> {
     fn drop(&mut self) {
-        match (self.slot.take(), self.broken) {
-            (Some(slot), false) => self.pool.put(slot),
-            (_, true) => self.pool.lost(),
-            (None, false) => {}
+        if let Some(slot) = self.slot.take() {
+            self.pool.put(slot);
         }
     }
 }
@@ -419,7 +411,7 @@ mod tests {
     }
 
     #[test]
-    fn a_discarded_slot_frees_its_place_and_a_failed_make_takes_none() {
+    fn a_lost_slot_frees_its_place_and_a_failed_make_takes_none() {
         let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let f = fail.clone();
         let pool = Pool::new(
@@ -437,7 +429,8 @@ mod tests {
         assert!(pool.get().is_err());
         assert_eq!(pool.status().open, 0);
         fail.store(false, Ordering::SeqCst);
-        pool.get().unwrap().discard();
+        let _ = pool.get().unwrap().detach();
+        pool.lost();
         assert_eq!(pool.status().open, 0);
         assert_eq!(*pool.get().unwrap().slot(), 7);
     }
