@@ -289,12 +289,17 @@ fn connections_used_by_tasks_go_back_before_the_tasks_run_again() {
     let run = leased_run(&store).run;
     let size = store.pool_status().expect("a pool").size;
     crate::common::wait(async {
-        let mut reads: Vec<_> = (0..size)
-            .map(|_| Box::pin(store.messages_to_deliver(&run)))
-            .collect();
-        for read in &mut reads {
-            assert!(futures_util::poll!(read.as_mut()).is_pending());
+        // Each read polled once takes a connection and sends its job; a job the server
+        // answers before the poll returns is done, the rest wait for their task.
+        let mut reads = Vec::new();
+        for _ in 0..size {
+            let mut read = Box::pin(store.messages_to_deliver(&run));
+            match futures_util::poll!(read.as_mut()) {
+                std::task::Poll::Pending => reads.push(read),
+                std::task::Poll::Ready(r) => assert!(r.unwrap().is_empty()),
+            }
         }
+        assert!(!reads.is_empty(), "some task waits for its answer");
         // Not one of the tasks runs again until the blocking call below returned.
         let until = std::time::Instant::now() + Duration::from_secs(10);
         loop {
