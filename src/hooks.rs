@@ -14,13 +14,21 @@
 //! | `cwd` | the tools.toml folder, where the hook runs |
 //!
 //! and answers with its exit code and, on exit 0, optionally one JSON object on stdout:
-//! exit 0 with nothing (or text) allows; exit 2 blocks, its stderr the reason; any
-//! other exit, a timeout or a failure to start is a failed hook, which blocks unless
-//! the hook says `on_error = "allow"`. The JSON may say `"decision": "block"` with a
-//! `"reason"`, or `"permissionDecision": "allow" | "deny" | "ask"` (with
-//! `"permissionDecisionReason"`) and `"updatedInput"` — at the top level or inside
-//! `"hookSpecificOutput"`, as Claude Code writes them; `"continue": false` with a
-//! `"stopReason"` blocks too.
+//! exit 0 with nothing allows; exit 2 blocks, its stderr the reason; any other exit, a
+//! timeout or a failure to start is a failed hook, which blocks unless the hook says
+//! `on_error = "allow"`. The JSON may say `"decision": "block"` with a `"reason"`, or
+//! `"permissionDecision": "allow" | "deny" | "ask"` (with `"permissionDecisionReason"`)
+//! and `"updatedInput"` — at the top level or inside `"hookSpecificOutput"`, as Claude
+//! Code writes them; `"continue": false` with a `"stopReason"` blocks too.
+//!
+//! **Gating hooks fail closed** (docs/security.md, Hooks). For `before_tool` and
+//! `before_model` anything on stdout that is not a well-formed decision — text, JSON
+//! that does not parse (an answer cut at the output cap included), a known field of the
+//! wrong type or with an unknown value — is a failed hook, so its `on_error` decides
+//! and the default blocks. A model that inflates an argument the hook quotes cannot
+//! turn a deny into an allow by making the answer too long to read. `after_tool` and
+//! `run_end` read text as Claude Code does (shown, not a decision), but a cut answer
+//! fails them too.
 //!
 //! Each decision is journaled as a [`TraceEvent::Hook`] under the call's step before
 //! anything acts on it, and a `started` record before the hook is spawned: a resumed
@@ -60,9 +68,21 @@ pub enum Verdict {
 const MAX_REASON: usize = 1000;
 
 impl Verdict {
-    /// Reads a finished hook (exit code, stdout, stderr).
-    pub fn from_exit(hook: &str, exit: &HookExit) -> Verdict {
+    /// Reads a finished hook (exit code, stdout, stderr); `gating`: a `before_tool` or
+    /// `before_model` hook, whose stdout must be nothing or a well-formed decision.
+    pub fn from_exit(hook: &str, exit: &HookExit, gating: bool) -> Verdict {
         match exit.code {
+            Some(0) if exit.cut => Verdict::Failed {
+                message: format!(
+                    "hook {hook} answered with more than its output cap; a cut answer is \
+                     not a decision"
+                ),
+            },
+            Some(0) if gating => {
+                from_stdout_strict(&exit.stdout).unwrap_or_else(|why| Verdict::Failed {
+                    message: clip(format!("hook {hook} gave no well-formed decision: {why}")),
+                })
+            }
             Some(0) => from_stdout(&exit.stdout),
             Some(2) => Verdict::Block {
                 reason: clip(if exit.stderr.trim().is_empty() {
@@ -241,7 +261,82 @@ pub fn input(event: HookEvent, run_id: &str, cwd: &std::path::Path, fields: Valu
     v
 }
 
-/// Reads the stdout of a hook that exited 0.
+/// Whether a hook of this event gates what runs (its failure blocks by default, and
+/// its stdout must be a well-formed decision).
+pub fn gates(event: HookEvent) -> bool {
+    matches!(event, HookEvent::BeforeTool | HookEvent::BeforeModel)
+}
+
+/// Reads the stdout of a gating hook that exited 0: nothing (allow), or one JSON object
+/// whose known fields have the types and values Claude Code gives them. Anything else
+/// is `Err(why)`: not a decision.
+fn from_stdout_strict(stdout: &str) -> Result<Verdict, String> {
+    let text = stdout.trim();
+    if text.is_empty() {
+        return Ok(Verdict::Allow {
+            updated_input: None,
+        });
+    }
+    let top = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(top)) => top,
+        Ok(_) => return Err("stdout is JSON but not an object".into()),
+        Err(e) => return Err(format!("stdout is not one JSON object ({e})")),
+    };
+    let specific = match top.get("hookSpecificOutput") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(o)) => Some(o),
+        Some(_) => return Err("`hookSpecificOutput` is not an object".into()),
+    };
+    let field = |name: &str| {
+        specific
+            .and_then(|s| s.get(name))
+            .or_else(|| top.get(name))
+            .filter(|v| !v.is_null())
+    };
+    let string = |name: &str| match field(name) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(clip(s.clone()))),
+        Some(_) => Err(format!("`{name}` is not a string")),
+    };
+    let reason = match string("permissionDecisionReason")? {
+        Some(r) => Some(r),
+        None => string("reason")?,
+    };
+    match field("continue") {
+        None | Some(Value::Bool(true)) => {}
+        Some(Value::Bool(false)) => {
+            return Ok(Verdict::Block {
+                reason: string("stopReason")?
+                    .or(reason)
+                    .unwrap_or_else(|| "the hook said not to continue".into()),
+            });
+        }
+        Some(_) => return Err("`continue` is not true or false".into()),
+    }
+    let updated_input = match field("updatedInput") {
+        None => None,
+        Some(v @ Value::Object(_)) => Some(v.clone()),
+        Some(_) => return Err("`updatedInput` is not an object".into()),
+    };
+    let permission = string("permissionDecision")?;
+    let decision = string("decision")?;
+    match (permission.as_deref(), decision.as_deref()) {
+        (Some("deny"), _) | (None, Some("block")) => Ok(Verdict::Block {
+            reason: reason.unwrap_or_else(|| "blocked by a hook".into()),
+        }),
+        (Some("ask"), _) => Ok(Verdict::Ask { reason }),
+        (Some("allow"), _) | (None, None | Some("approve" | "allow")) => {
+            Ok(Verdict::Allow { updated_input })
+        }
+        (Some(other), _) => Err(format!(
+            "`permissionDecision` is {other:?}, not allow, deny or ask"
+        )),
+        (None, Some(other)) => Err(format!("`decision` is {other:?}, not block or approve")),
+    }
+}
+
+/// Reads the stdout of a hook that exited 0 and does not gate: text is shown, not a
+/// decision.
 fn from_stdout(stdout: &str) -> Verdict {
     let allow = Verdict::Allow {
         updated_input: None,
@@ -300,8 +395,50 @@ mod tests {
             code: Some(code),
             stdout: stdout.into(),
             stderr: stderr.into(),
+            cut: false,
         };
-        Verdict::from_exit("before_tool[0]", &exit)
+        Verdict::from_exit("before_tool[0]", &exit, true)
+    }
+
+    fn failed(v: &Verdict) -> bool {
+        matches!(v, Verdict::Failed { .. })
+    }
+
+    #[test]
+    fn a_gating_hooks_answer_that_is_not_a_decision_fails_it() {
+        for stdout in [
+            "checked, fine",
+            r#"{"permissionDecision": "deny", "permissionDecisionReason": "no"#,
+            "[1, 2]",
+            r#"{"permissionDecision": "nope"}"#,
+            r#"{"permissionDecision": ["deny"]}"#,
+            r#"{"decision": "maybe"}"#,
+            r#"{"continue": "no"}"#,
+            r#"{"updatedInput": "rm -rf /"}"#,
+            r#"{"hookSpecificOutput": "deny"}"#,
+            r#"{"reason": 7, "decision": "block"}"#,
+        ] {
+            assert!(failed(&exit(0, stdout, "")), "{stdout}");
+        }
+        let cut = HookExit {
+            code: Some(0),
+            stdout: r#"{"permissionDecision": "deny"}"#.into(),
+            stderr: String::new(),
+            cut: true,
+        };
+        assert!(failed(&Verdict::from_exit("before_tool[0]", &cut, true)));
+        assert!(failed(&Verdict::from_exit("after_tool[0]", &cut, false)));
+        // A hook that is told, not asked, may print text as Claude Code's do.
+        let text = HookExit {
+            code: Some(0),
+            stdout: "checked, fine\n".into(),
+            stderr: String::new(),
+            cut: false,
+        };
+        assert!(matches!(
+            Verdict::from_exit("after_tool[0]", &text, false),
+            Verdict::Allow { .. }
+        ));
     }
 
     #[test]
@@ -310,7 +447,7 @@ mod tests {
             updated_input: None,
         };
         assert_eq!(exit(0, "", ""), allow);
-        assert_eq!(exit(0, "checked, fine\n", ""), allow);
+        assert_eq!(exit(0, "\n", ""), allow);
         assert_eq!(
             exit(2, "", "• Use rg\n"),
             Verdict::Block {

@@ -293,6 +293,7 @@ async fn send(def: &ToolDef, body: &Value, n: &Notice) -> Result<(), String> {
         clock: &clock,
         events: &events,
         mcp: None,
+        hooks: None,
     };
     let run = |_: &ToolDef, _: &Value| Gate::Run;
     match crate::recovery::execute(&cfg, &prompts, &def.name, body, &ctx, &run).await {

@@ -13,7 +13,9 @@
 //!    did not act, else `outcome_unknown`;
 //! 6. **fallback** — after a failure another tool could fix, each declared hop in
 //!    order, each through steps 1–5 with its mapped arguments ([`fallback`] has the
-//!    rules);
+//!    rules), its `before_tool` hooks asked between steps 2 and 3 (gating hooks run on
+//!    every way a tool is reached: the loop asks them for the tool the model named, the
+//!    chain for each hop, an approved hop included);
 //! 7. **wrap** — a hop's success is given to the model as
 //!    `{"result": …, "via": HOP, "stale": …}`.
 //!
@@ -50,6 +52,19 @@ pub enum ChainEvent {
     /// The driver drew the jittered delay asked for by [`ChainEffect::ChooseDelay`].
     DelayChosen(Duration),
     Slept,
+    /// The `before_tool` hooks answered for the hop asked by [`ChainEffect::Hooks`].
+    HooksDecided(HookAnswer),
+}
+
+/// What a tool's `before_tool` hooks decided (the driver asks them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookAnswer {
+    /// Run it with these arguments (a hook may have rewritten them).
+    Run(Value),
+    /// Do not run it: a hook blocked it, or failed.
+    Refused(ToolError),
+    /// A hook asks a person to approve it (with these arguments) first.
+    Paused { args: Value, asked_by: String },
 }
 
 /// What the driver must do next.
@@ -65,12 +80,19 @@ pub enum ChainEffect<'a> {
     /// Draw the delay of this backoff (jitter), then report it.
     ChooseDelay(Backoff),
     Sleep(Duration),
+    /// Ask the `before_tool` hooks about running `def` with `args` (a fallback hop),
+    /// then report [`ChainEvent::HooksDecided`].
+    Hooks {
+        def: &'a ToolDef,
+        args: Value,
+    },
     /// The call's result.
     Done(CallOutcome),
-    /// The approval gate paused before `tool` ran with `args`.
+    /// The approval gate (or a hook, `asked_by`) paused before `tool` ran with `args`.
     Paused {
         tool: String,
         args: Value,
+        asked_by: Option<String>,
     },
 }
 
@@ -105,6 +127,8 @@ pub struct Chain<'a> {
     /// `None` while on the first tool; the index of the fallback hop after.
     hop: Option<usize>,
     running: Option<Running<'a>>,
+    /// The hop whose hooks are being asked.
+    gating: Option<&'a ToolDef>,
     tried: Vec<Tried>,
 }
 
@@ -128,6 +152,7 @@ impl<'a> Chain<'a> {
             mode: Mode::Call,
             hop: None,
             running: None,
+            gating: None,
             tried: Vec::new(),
         }
     }
@@ -155,6 +180,7 @@ impl<'a> Chain<'a> {
             }
             ChainEvent::DelayChosen(delay) => self.delay_chosen(delay),
             ChainEvent::Slept => self.next_attempt(),
+            ChainEvent::HooksDecided(answer) => self.hooks_decided(answer),
         }
     }
 
@@ -166,15 +192,42 @@ impl<'a> Chain<'a> {
         if let Err(err) = check_args(def, &self.args) {
             return vec![self.done(failed(&err, 0, self.prompts))];
         }
-        if self.mode == Mode::Call {
-            match self.guard(def, &self.args) {
-                Guarded::Run => {}
-                // A guard is a decision by policy or a person; no fallback works around it.
-                Guarded::Refused(err) => return vec![self.done(failed(&err, 0, self.prompts))],
-                Guarded::Paused => return vec![self.paused(def, self.args.clone())],
-            }
+        if self.mode == Mode::ApprovedHop {
+            // A person approved the hop, not what its hooks say about it.
+            self.gating = Some(def);
+            return vec![ChainEffect::Hooks {
+                def,
+                args: self.args.clone(),
+            }];
+        }
+        match self.guard(def, &self.args) {
+            Guarded::Run => {}
+            // A guard is a decision by policy or a person; no fallback works around it.
+            Guarded::Refused(err) => return vec![self.done(failed(&err, 0, self.prompts))],
+            Guarded::Paused => return vec![self.paused(def, self.args.clone(), None)],
         }
         self.begin(def, self.args.clone())
+    }
+
+    /// The hop's hooks answered: on to its guards (an approved hop has passed them).
+    fn hooks_decided(&mut self, answer: HookAnswer) -> Vec<ChainEffect<'a>> {
+        let Some(def) = self.gating.take() else {
+            return Vec::new();
+        };
+        let approved = self.mode == Mode::ApprovedHop;
+        match answer {
+            HookAnswer::Run(args) if approved => self.begin(def, args),
+            HookAnswer::Run(args) => match self.guard(def, &args) {
+                Guarded::Run => self.begin(def, args),
+                Guarded::Refused(err) => self.skipped(&def.name, &err),
+                Guarded::Paused => vec![self.paused(def, args, None)],
+            },
+            HookAnswer::Refused(err) if approved => {
+                vec![self.done(failed(&err, 0, self.prompts))]
+            }
+            HookAnswer::Refused(err) => self.skipped(&def.name, &err),
+            HookAnswer::Paused { args, asked_by } => vec![self.paused(def, args, Some(asked_by))],
+        }
     }
 
     /// Steps 3 and 4 for one tool.
@@ -297,11 +350,8 @@ impl<'a> Chain<'a> {
             out.extend(self.skipped(&def.name, &err));
             return out;
         }
-        match self.guard(def, &mapped) {
-            Guarded::Run => out.extend(self.begin(def, mapped)),
-            Guarded::Refused(err) => out.extend(self.skipped(&def.name, &err)),
-            Guarded::Paused => out.push(self.paused(def, mapped)),
-        }
+        self.gating = Some(def);
+        out.push(ChainEffect::Hooks { def, args: mapped });
         out
     }
 
@@ -333,10 +383,11 @@ impl<'a> Chain<'a> {
         ChainEffect::Done(outcome)
     }
 
-    fn paused(&self, def: &ToolDef, args: Value) -> ChainEffect<'a> {
+    fn paused(&self, def: &ToolDef, args: Value, asked_by: Option<String>) -> ChainEffect<'a> {
         ChainEffect::Paused {
             tool: def.name.clone(),
             args,
+            asked_by,
         }
     }
 }

@@ -5,7 +5,7 @@
 //! process, no network, no clock.
 
 use super::Gate;
-use super::chain::{Chain, ChainEffect, ChainEvent, Guards};
+use super::chain::{Chain, ChainEffect, ChainEvent, Guards, HookAnswer};
 use super::retry::Backoff;
 use crate::config::types::{ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
@@ -86,6 +86,15 @@ impl Guards for Fixed {
 /// Runs a chain to its end, answering each attempt from `script` (per tool, in order)
 /// and each wait with its ceiling (the fake clock's jitter).
 fn run(chain: &mut Chain<'_>, script: &[(&str, AttemptResult)]) -> Vec<Seen> {
+    run_hooked(chain, script, &|_, args| HookAnswer::Run(args))
+}
+
+/// [`run`], with the `before_tool` hooks of each hop answered by `hooks`.
+fn run_hooked(
+    chain: &mut Chain<'_>,
+    script: &[(&str, AttemptResult)],
+    hooks: &dyn Fn(&str, Value) -> HookAnswer,
+) -> Vec<Seen> {
     let mut results: HashMap<&str, VecDeque<AttemptResult>> = HashMap::new();
     for (tool, r) in script {
         results.entry(tool).or_default().push_back(r.clone());
@@ -122,7 +131,8 @@ fn run(chain: &mut Chain<'_>, script: &[(&str, AttemptResult)]) -> Vec<Seen> {
                 seen.push(Seen::Done(o.content, o.attempts, o.via));
                 break;
             }
-            ChainEffect::Paused { tool, args } => {
+            ChainEffect::Hooks { def, args } => ChainEvent::HooksDecided(hooks(&def.name, args)),
+            ChainEffect::Paused { tool, args, .. } => {
                 seen.push(Seen::Paused(tool, args));
                 break;
             }
@@ -492,4 +502,51 @@ fn an_approved_hop_runs_alone_and_is_wrapped() {
             ),
         ]
     );
+}
+
+/// A `before_tool` hook is asked about every hop, with the mapped arguments; its
+/// block skips the hop exactly as a refused guard does (docs/security.md, Hooks).
+#[test]
+fn a_hooks_block_on_a_fallback_hop_keeps_the_hop_from_running() {
+    let (cfg, g) = (cfg(), Fixed::default());
+    let mut c = chain(&cfg, &g, "search_kb", json!({"q": "x"}));
+    let asked = std::cell::RefCell::new(Vec::new());
+    let hooks = |tool: &str, args: Value| {
+        asked.borrow_mut().push((tool.to_string(), args));
+        HookAnswer::Refused(ToolError::new(ErrorKind::BlockedByHook, "no caches"))
+    };
+    let seen = run_hooked(
+        &mut c,
+        &[("search_kb", err(ErrorKind::ToolBug, "crashed"))],
+        &hooks,
+    );
+    assert_eq!(
+        asked.into_inner(),
+        vec![("kb_cache".to_string(), json!({"query": "x"}))]
+    );
+    assert!(
+        !seen.contains(&Seen::Attempt("kb_cache".into(), 1)),
+        "{seen:?}"
+    );
+    let Some(Seen::Done(content, 1, None)) = seen.last() else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(content["error"], "all_tools_failed", "{content}");
+}
+
+/// An approved hop still asks its hooks (a person approved the hop, the hooks did not
+/// stop deciding); a block ends the call.
+#[test]
+fn an_approved_hop_is_still_asked_of_its_hooks() {
+    let (cfg, g) = (cfg(), Fixed::default());
+    static PROMPTS: std::sync::OnceLock<Prompts> = std::sync::OnceLock::new();
+    let prompts = PROMPTS.get_or_init(Prompts::builtin);
+    let mut c = Chain::approved_hop(&cfg, prompts, &g, "c1", "kb_cache", json!({"query": "x"}));
+    let seen = run_hooked(&mut c, &[], &|_, _| {
+        HookAnswer::Refused(ToolError::new(ErrorKind::BlockedByHook, "no caches"))
+    });
+    let [Seen::Done(content, 0, None)] = seen.as_slice() else {
+        panic!("{seen:?}")
+    };
+    assert_eq!(content["error"], "blocked_by_hook", "{content}");
 }

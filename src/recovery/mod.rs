@@ -63,6 +63,17 @@ pub enum Execution {
     },
 }
 
+/// The `before_tool` hooks of one call, asked by the chain for each fallback hop (the
+/// loop asks them for the tool the model named before the chain starts).
+pub trait ToolHooks {
+    fn before_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        args: Value,
+        ctx: &'a CallContext<'a>,
+    ) -> futures_util::future::LocalBoxFuture<'a, chain::HookAnswer>;
+}
+
 /// Runs a tool call through the recovery chain ([`chain`] states the order), with one
 /// gate deciding for every tool of the chain.
 pub async fn execute(
@@ -129,12 +140,20 @@ pub async fn drive(mut chain: Chain<'_>, ctx: &CallContext<'_>) -> Execution {
                 ctx.clock.sleep(d).await;
                 ChainEvent::Slept
             }
+            ChainEffect::Hooks { def, args } => ChainEvent::HooksDecided(match ctx.hooks {
+                Some(hooks) => hooks.before_tool(&def.name, args, ctx).await,
+                None => chain::HookAnswer::Run(args),
+            }),
             ChainEffect::Done(outcome) => return Execution::Done(outcome),
-            ChainEffect::Paused { tool, args } => {
+            ChainEffect::Paused {
+                tool,
+                args,
+                asked_by,
+            } => {
                 return Execution::Paused {
                     tool,
                     args,
-                    asked_by: None,
+                    asked_by,
                 };
             }
         };

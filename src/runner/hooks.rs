@@ -12,88 +12,126 @@ use crate::config::hooks::{Hook, HookEvent};
 use crate::fault;
 use crate::hooks::{self, HookAt, Journaled, Verdict};
 use crate::machine::effects::RunCall;
-use crate::recovery::{CallOutcome, Execution, Gate, failed};
+use crate::machine::policy::call_key;
+use crate::records::EscalationRow;
+use crate::recovery::chain::HookAnswer;
+use crate::recovery::{CallOutcome, Execution, Gate, ToolHooks, failed};
 use crate::store::StoreError;
 use crate::taxonomy::ErrorKind;
 use crate::tools::CallContext;
 use crate::tools::outcome::ToolError;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 
+/// The `before_tool` hooks of one call, for every tool it reaches: the tool the model
+/// named (asked by the loop) and each fallback hop (asked by the chain, through
+/// [`ToolHooks`]).
+pub(super) struct CallHooks<'d, 'r> {
+    pub drive: &'d Drive<'r>,
+    pub step: u32,
+    pub call_id: &'d str,
+    /// The tool the model named.
+    pub tool: &'d str,
+    /// A person's decision on the call, which answers a hook's `ask`.
+    pub decision: Option<&'d EscalationRow>,
+    /// A person gave the arguments (approved with changes).
+    pub modified: bool,
+}
+
+impl CallHooks<'_, '_> {
+    /// What a hook's decision is journaled under: the call id for the tool and
+    /// arguments the model asked for; the call id with the tool and its arguments'
+    /// digest for anything else (a hop, arguments a person changed), so each is a
+    /// question of its own and no earlier answer stands for it.
+    fn journal_id(&self, tool: &str, args: &Value) -> String {
+        if tool == self.tool && !self.modified {
+            return self.call_id.to_string();
+        }
+        format!("{}>{}", self.call_id, call_key(tool, args))
+    }
+
+    /// The hooks' answer about running `tool` with `args` for this call.
+    pub async fn ask(&self, tool: &str, args: Value, ctx: &CallContext<'_>) -> HookAnswer {
+        let journal = self.journal_id(tool, &args);
+        self.drive
+            .before_tool(self, &journal, tool, args, ctx)
+            .await
+            .unwrap_or_else(|e| HookAnswer::Refused(store_failed(e)))
+    }
+}
+
+impl ToolHooks for CallHooks<'_, '_> {
+    fn before_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        args: Value,
+        ctx: &'a CallContext<'a>,
+    ) -> LocalBoxFuture<'a, HookAnswer> {
+        Box::pin(self.ask(tool, args, ctx))
+    }
+}
+
 impl Drive<'_> {
-    /// The `before_tool` hooks of a call, in order: the arguments to run it with, or
-    /// what the call ends as without running (blocked, rewritten into arguments that
-    /// fail the schema, or paused for a person's approval).
-    pub(super) async fn before_tool(
+    /// The `before_tool` hooks about running `tool` with `args`, in order: the
+    /// arguments to run it with, or why it does not run (blocked, failed, rewritten
+    /// into arguments that fail the schema) or waits (a person's approval).
+    async fn before_tool(
         &self,
-        call: &RunCall,
+        call: &CallHooks<'_, '_>,
+        journal: &str,
+        tool: &str,
+        mut args: Value,
         ctx: &CallContext<'_>,
-    ) -> Result<Value, Execution> {
+    ) -> Result<HookAnswer, StoreError> {
         let r = self.runner;
         let hooks: Vec<(usize, &Hook)> = r
             .resolved
             .tools
             .hooks
-            .for_event(HookEvent::BeforeTool, Some(call.tool.as_str()))
+            .for_event(HookEvent::BeforeTool, Some(tool))
             .collect();
-        let mut args = call.args.clone();
         if hooks.is_empty() {
-            return Ok(args);
+            return Ok(HookAnswer::Run(args));
         }
-        let stored = self.stored_hooks(call.step).map_err(store_failed)?;
-        let prompts = &r.resolved.snapshot.prompts;
-        let blocked = |reason: String| {
-            let err = ToolError::new(ErrorKind::BlockedByHook, reason);
-            Execution::Done(failed(&err, 0, prompts))
-        };
+        let stored = self.stored_hooks(call.step)?;
         for (index, hook) in hooks {
-            let at = HookAt::new(
-                HookEvent::BeforeTool,
-                index,
-                Some(call.call_id.as_str()),
-                Some(call.tool.as_str()),
-            );
+            let at = HookAt::new(HookEvent::BeforeTool, index, Some(journal), Some(tool));
             let fields =
-                json!({"tool_name": call.tool, "tool_input": args, "tool_use_id": call.call_id});
+                json!({"tool_name": tool, "tool_input": args, "tool_use_id": call.call_id});
             let verdict = self
                 .decide(hook, &at, fields, call.step, &stored, ctx)
-                .await
-                .map_err(store_failed)?;
+                .await?;
             match verdict.settled(hook.on_error) {
                 Verdict::Allow { updated_input } => {
                     if let Some(new) = updated_input {
-                        args = self.checked_rewrite(&call.tool, &at.hook, new)?;
+                        match self.checked_rewrite(tool, &at.hook, new) {
+                            Ok(new) => args = new,
+                            Err(err) => return Ok(HookAnswer::Refused(err)),
+                        }
                     }
                 }
                 Verdict::Block { reason } | Verdict::Failed { message: reason } => {
-                    return Err(blocked(format!(
-                        "{} was blocked by hook {}: {reason}",
-                        call.tool, at.hook
+                    return Ok(HookAnswer::Refused(ToolError::new(
+                        ErrorKind::BlockedByHook,
+                        format!("{tool} was blocked by hook {}: {reason}", at.hook),
                     )));
                 }
                 Verdict::Ask { reason } => {
-                    match crate::machine::guards::approval_gate(
-                        call.decision.as_ref(),
-                        &call.tool,
-                        &args,
-                    ) {
+                    match crate::machine::guards::approval_gate(call.decision, tool, &args) {
                         Gate::Run => {}
-                        Gate::Block(err) => return Err(Execution::Done(failed(&err, 0, prompts))),
+                        Gate::Block(err) => return Ok(HookAnswer::Refused(err)),
                         Gate::Pause => {
-                            let why = match reason.as_deref().map(str::trim) {
+                            let asked_by = match reason.as_deref().map(str::trim) {
                                 Some(r) if !r.is_empty() => format!("hook {} asks: {r}", at.hook),
                                 _ => format!("hook {} asks for a person's approval", at.hook),
                             };
-                            return Err(Execution::Paused {
-                                tool: call.tool.clone(),
-                                args,
-                                asked_by: Some(why),
-                            });
+                            return Ok(HookAnswer::Paused { args, asked_by });
                         }
                     }
                 }
             }
         }
-        Ok(args)
+        Ok(HookAnswer::Run(args))
     }
 
     /// The `after_tool` hooks of a finished call: a block withholds the result (the
@@ -119,7 +157,9 @@ impl Drive<'_> {
         }
         let stored = match self.stored_hooks(call.step) {
             Ok(s) => s,
-            Err(e) => return store_failed(e),
+            Err(e) => {
+                return Execution::Done(failed(&store_failed(e), 0, &r.resolved.snapshot.prompts));
+            }
         };
         for (index, hook) in hooks {
             let at = HookAt::new(
@@ -136,7 +176,10 @@ impl Drive<'_> {
                 .await
             {
                 Ok(v) => v,
-                Err(e) => return store_failed(e),
+                Err(e) => {
+                    let prompts = &r.resolved.snapshot.prompts;
+                    return Execution::Done(failed(&store_failed(e), 0, prompts));
+                }
             };
             if let Verdict::Block { reason } = verdict.settled(hook.on_error) {
                 let err = ToolError::new(
@@ -251,7 +294,7 @@ impl Drive<'_> {
         )
         .await
         {
-            Ok(exit) => Verdict::from_exit(&at.hook, &exit),
+            Ok(exit) => Verdict::from_exit(&at.hook, &exit, hooks::gates(event_of(&at.hook))),
             Err(e) => Verdict::from_error(&at.hook, &e),
         };
         fault::point("after_hook_ran");
@@ -273,6 +316,7 @@ impl Drive<'_> {
             clock: r.clock.as_ref(),
             events: &self.events,
             mcp: None,
+            hooks: None,
         }
     }
 
@@ -285,27 +329,20 @@ impl Drive<'_> {
     }
 
     /// `updatedInput`, checked against the tool's schema like the model's arguments.
-    fn checked_rewrite(&self, tool: &str, hook: &str, new: Value) -> Result<Value, Execution> {
+    fn checked_rewrite(&self, tool: &str, hook: &str, new: Value) -> Result<Value, ToolError> {
         let r = self.runner;
         let Some(def) = r.resolved.tools.tools.get(tool) else {
             return Ok(new);
         };
         match crate::recovery::check_args(def, &new) {
             Ok(()) => Ok(new),
-            Err(e) => {
-                let err = ToolError::new(
-                    ErrorKind::BlockedByHook,
-                    format!(
-                        "hook {hook} rewrote the arguments of {tool} into ones its schema refuses: {}",
-                        e.message
-                    ),
-                );
-                Err(Execution::Done(failed(
-                    &err,
-                    0,
-                    &r.resolved.snapshot.prompts,
-                )))
-            }
+            Err(e) => Err(ToolError::new(
+                ErrorKind::BlockedByHook,
+                format!(
+                    "hook {hook} rewrote the arguments of {tool} into ones its schema refuses: {}",
+                    e.message
+                ),
+            )),
         }
     }
 }
@@ -321,10 +358,9 @@ fn event_of(hook: &str) -> HookEvent {
 
 /// The store failed while journaling a decision: the call does not run (nothing
 /// that is not journaled is acted on).
-fn store_failed(e: StoreError) -> Execution {
-    let err = ToolError::new(
+fn store_failed(e: StoreError) -> ToolError {
+    ToolError::new(
         ErrorKind::BlockedByHook,
         format!("a hook's decision could not be journaled ({e}); the call was not run"),
-    );
-    Execution::Done(failed(&err, 0, &crate::prompts::Prompts::builtin()))
+    )
 }

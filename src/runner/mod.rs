@@ -30,7 +30,8 @@ use crate::machine::guards::RunGuards;
 use crate::machine::state::LoopState;
 use crate::machine::{Effect, Event, Machine, Rules, Spend, Stop, StopReason};
 use crate::model::{self, ModelRequest, Purpose};
-use crate::recovery::{self, Execution, chain::Chain};
+use crate::recovery::chain::{Chain, HookAnswer};
+use crate::recovery::{self, Execution};
 use crate::setup::Resolved;
 use crate::store::{
     EscalationDetail, EscalationId, Lease, NewEscalation, RunId, RunStatus, SentMessage,
@@ -585,6 +586,18 @@ impl Drive<'_> {
             &r.resolved.snapshot.call_salt,
             &call.call_id,
         );
+        let modified = matches!(
+            call.decision.as_ref().and_then(|d| d.resolution.as_ref()),
+            Some(crate::records::Resolution::Modify { .. })
+        );
+        let gate = hooks::CallHooks {
+            drive: self,
+            step: call.step,
+            call_id: &call.call_id,
+            tool: &call.tool,
+            decision: call.decision.as_ref(),
+            modified,
+        };
         let ctx = CallContext {
             run_id: r.run_id().as_str(),
             call_id: &call.call_id,
@@ -592,18 +605,31 @@ impl Drive<'_> {
             clock: r.clock.as_ref(),
             events: &self.events,
             mcp: r.resolved.mcp.as_deref(),
+            hooks: Some(&gate),
         };
-        // The `before_tool` hooks decide first (issue 26); a fallback hop a person
-        // approved has had its say.
+        // The `before_tool` hooks decide first (issue 26) — on the arguments a person
+        // gave, too; a fallback hop's are asked by the chain (docs/security.md, Hooks).
         if call.approved_hop.is_none() {
-            match self.before_tool(&call, &ctx).await {
-                Ok(args) => call.args = args,
-                Err(execution) => {
-                    return Event::CallRan {
-                        call_id: call.call_id,
-                        execution,
-                    };
+            let prompts = &r.resolved.snapshot.prompts;
+            let execution = match gate.ask(&call.tool, call.args.clone(), &ctx).await {
+                HookAnswer::Run(new) => {
+                    call.args = new;
+                    None
                 }
+                HookAnswer::Refused(err) => {
+                    Some(Execution::Done(recovery::failed(&err, 0, prompts)))
+                }
+                HookAnswer::Paused { args, asked_by } => Some(Execution::Paused {
+                    tool: call.tool.clone(),
+                    args,
+                    asked_by: Some(asked_by),
+                }),
+            };
+            if let Some(execution) = execution {
+                return Event::CallRan {
+                    call_id: call.call_id.clone(),
+                    execution,
+                };
             }
         }
         let (tools, prompts) = (&r.resolved.tools, &r.resolved.snapshot.prompts);

@@ -65,6 +65,8 @@ pub struct HookExit {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// stdout was longer than the hook's output cap and was cut: not a decision.
+    pub cut: bool,
 }
 
 /// Runs a hook exactly as a command tool attempt is run — the same spawn, environment
@@ -97,6 +99,7 @@ pub async fn run_hook(
     })?;
     Ok(HookExit {
         code: status.code(),
+        cut: out.total > out.bytes.len(),
         stdout: secrets.text(&out.text()),
         stderr: secrets.text(&tail(&err.text(), STDERR_TAIL)),
     })

@@ -33,6 +33,9 @@ pub struct CallContext<'a> {
     /// The run's MCP servers (started once per run); `None` when it has none. A
     /// connection, not configuration, so it travels with the call, not in `ToolDef`.
     pub mcp: Option<&'a mcp::Pool>,
+    /// The call's `before_tool` hooks, for the fallback hops the chain reaches
+    /// (`None`: the caller has none, as a notification's delivery).
+    pub hooks: Option<&'a dyn crate::recovery::ToolHooks>,
 }
 
 /// Runs one attempt, bounded by the tool's per-attempt timeout.

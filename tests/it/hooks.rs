@@ -415,3 +415,126 @@ fn a_hook_whose_program_cannot_start_is_bad_config_before_anything_runs() {
     }
     assert_eq!(runs_of(&p, "calls.log"), 0);
 }
+
+/// A model that inflates an argument a deny hook quotes makes the hook's answer longer
+/// than its output cap; the cut answer no longer parses, and it must not read as an
+/// allow (docs/security.md, Hooks).
+#[test]
+fn a_deny_answer_cut_at_the_output_cap_still_denies() {
+    let quote = r#"python3 -c 'import json; i = json.load(open("hook-input.json")); print(json.dumps({"permissionDecision": "deny", "permissionDecisionReason": "refusing " + json.dumps(i["tool_input"])}))'"#;
+    let p = project(quote, "");
+    let huge = "A".repeat(70 * 1024);
+    p.model_script(json!([
+        {"tool_calls": [{"name": "refund", "args": {"order_id": huge, "amount": 5}}]},
+        {"text": "done"}
+    ]));
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(is_error, "{content}");
+    assert_eq!(content["error"], "blocked_by_hook", "{content}");
+    let message = content["message"].as_str().unwrap_or_default();
+    assert!(message.contains("more than its output cap"), "{message}");
+    assert_eq!((runs_of(&p, "calls.log"), runs_of(&p, "hook.log")), (0, 1));
+}
+
+/// Text, JSON of the wrong shape, or an unknown decision from a gating hook is no
+/// decision: the call is blocked unless the hook says `on_error = "allow"`.
+#[test]
+fn a_gating_hooks_malformed_answer_blocks_unless_it_allows_errors() {
+    for (body, extra, runs) in [
+        ("echo 'looks fine to me'", "", 0),
+        (r#"echo '{"permissionDecision": "yes please"}'"#, "", 0),
+        (r#"echo '{"permissionDecision": "deny"'"#, "", 0),
+        ("kill -9 $$", "", 0),
+        ("echo 'looks fine to me'", r#", on_error = "allow""#, 1),
+    ] {
+        let p = project(body, extra);
+        let (run, show) = p.start(&[]);
+        run.expect_code(0);
+        assert_eq!(runs_of(&p, "calls.log"), runs, "{body} {extra}");
+        if runs == 0 {
+            let (content, _) = tool_result(&show, "call_0_0");
+            assert_eq!(content["error"], "blocked_by_hook", "{body}: {content}");
+        }
+    }
+}
+
+/// A hook on `send_*` is asked when `send_email` is reached as another tool's fallback,
+/// not only when the model names it (docs/security.md, Hooks).
+#[test]
+fn a_hook_on_send_blocks_the_fallback_hop_to_send_email() {
+    let p = Project::new();
+    p.fast_tools(
+        r#"
+[tools.notify_user]
+description = "Tell the customer"
+input_schema = { type = "object", properties = { to = { type = "string" }, text = { type = "string" } }, required = ["to", "text"] }
+command = ["sh", "-c", "cat > /dev/null; echo down >&2; exit 1"]
+idempotent = true
+fallback = [{ tool = "send_email", map = { to = "to", text = "body" } }]
+
+[tools.send_email]
+description = "Send an email"
+input_schema = { type = "object", properties = { to = { type = "string" }, body = { type = "string" } }, required = ["to", "body"] }
+command = ["sh", "-c", "cat > /dev/null; echo sent >> calls.log; echo '{\"sent\": true}'"]
+idempotent = true
+
+[hooks]
+before_tool = [{ command = ["sh", "hooks/policy.sh"], tools = ["send_*"] }]
+"#,
+    );
+    hook(&p, "echo 'no outbound mail from agents' >&2; exit 2");
+    p.model_script(json!([
+        {"tool_calls": [{"name": "notify_user", "args": {"to": "a@example.com", "text": "hi"}}]},
+        {"text": "done"}
+    ]));
+    p.task("", "Tell the customer.");
+    let (run, show) = p.start(&[]);
+    run.expect_code(0);
+    let (content, is_error) = tool_result(&show, "call_0_0");
+    assert!(is_error, "{content}");
+    assert_eq!(runs_of(&p, "calls.log"), 0, "send_email ran: {content}");
+    assert_eq!(runs_of(&p, "hook.log"), 1);
+    let input: Value =
+        serde_json::from_str(&std::fs::read_to_string(p.path().join("hook-input.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        (
+            &input["tool_name"],
+            &input["tool_input"],
+            &input["tool_use_id"]
+        ),
+        (
+            &json!("send_email"),
+            &json!({"to": "a@example.com", "body": "hi"}),
+            &json!("call_0_0")
+        )
+    );
+}
+
+/// Arguments a person changes while approving are a new question for the hooks: a
+/// hook that asked about the model's arguments is asked again about the person's, and
+/// its deny stands (docs/security.md, Hooks).
+#[test]
+fn a_call_modified_on_approval_is_asked_of_its_hooks_again() {
+    let p = project(
+        r#"grep -q '"amount": *900' hook-input.json && { echo 'over the limit' >&2; exit 2; }; echo '{"permissionDecision": "ask"}'"#,
+        "",
+    );
+    let v = p.run(&["start", "task.md", "--json"]).expect_code(3).json();
+    let esc = v["escalation_id"].as_str().unwrap().to_string();
+    let id = v["run_id"].as_str().unwrap().to_string();
+    p.run(&[
+        "escalations",
+        "resolve",
+        &esc,
+        "--modify",
+        r#"{"order_id": "ORD-1", "amount": 900}"#,
+    ])
+    .expect_code(0);
+    p.run(&["resume", &id]).expect_code(0);
+    let (content, _) = tool_result(&p.show(&id), "call_0_0");
+    assert_eq!(content["error"], "blocked_by_hook", "{content}");
+    assert_eq!((runs_of(&p, "calls.log"), runs_of(&p, "hook.log")), (0, 2));
+}

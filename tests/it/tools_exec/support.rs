@@ -155,6 +155,7 @@ impl Harness {
             clock: &self.clock,
             events: &self.events,
             mcp: None,
+            hooks: None,
         }
     }
 
