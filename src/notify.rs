@@ -271,7 +271,7 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
                 cwd: cfg.cwd.clone(),
                 output_cap: 4096,
                 // The user's own notifier (it must reach the network), not a tool
-                // the model chose: unconfined, as the README's Security section says.
+                // the model chose: unconfined, as docs/security.md says.
                 sandbox: Default::default(),
             }),
         ));

@@ -37,7 +37,7 @@ struct FrontMatter {
     max_steps: Option<i64>,
     max_tokens: Option<i64>,
     tools: Option<Vec<String>>,
-    // Model settings (README "Models").
+    // Model settings (docs/models.md).
     max_output_tokens: Option<i64>,
     max_output_tokens_retry: Option<i64>,
     temperature: Option<f64>,

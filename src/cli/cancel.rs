@@ -36,8 +36,7 @@ pub fn run(cli: &Cli, args: &CancelArgs) -> anyhow::Result<Exit> {
     let by = args
         .by
         .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "unknown".into());
+        .unwrap_or_else(super::operator);
     let who = CancelBy {
         by: &by,
         reason: args.reason.as_deref(),

@@ -265,14 +265,14 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
     let by = args
         .by
         .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "unknown".into());
+        .unwrap_or_else(super::operator);
     let e = decide::decide(store, EscalationId(args.id), &resolution, &by, None)?;
     // A queue run goes back to the queue once nothing else is pending (issue 17); a
     // worker continues it. (`--resume` continues it here instead: it takes the lease.)
     // A sub-agent's run is continued through the run at the top (issue 26).
     let top = crate::runner::children::top_of(store, &e.run_id);
-    if !args.resume && store.requeue(&top)? && !cli.quiet && !cli.json {
+    let requeued = !args.resume && store.requeue(&top)?;
+    if requeued && !cli.quiet && !cli.json {
         crate::errln!(
             "agentrun: run {top} is queued again; a worker (`agentrun worker`) continues it"
         );
@@ -305,7 +305,8 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         output::print_json(&v)?;
     } else {
         crate::outln!("escalation {} resolved: {}", e.id, describe(&resolution))?;
-        if e.kind.pauses() {
+        // One next step, the true one: a queued run is a worker's to continue.
+        if e.kind.pauses() && !requeued {
             crate::outln!(
                 "continue the run with: agentrun resume {top} (or resolve with --resume next time)"
             )?;

@@ -325,6 +325,41 @@ pub(crate) fn warn_password_in_argv(path: &Path) {
 
 /// A run by id or unique prefix; "not found" names the database file, since the
 /// usual cause is looking in another folder's database (issue 13).
+/// Who acts when `--by` is not given: `$USER` or `$LOGNAME`, else the name of the OS
+/// account this process runs as (a cron job or a container often has neither variable),
+/// else its numeric uid — never a made-up "unknown".
+pub(crate) fn operator() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|v| !v.trim().is_empty())
+        .or_else(account_name)
+        .unwrap_or_else(|| format!("uid {}", uid()))
+}
+
+fn uid() -> libc::uid_t {
+    // SAFETY: getuid cannot fail and touches no memory of ours.
+    unsafe { libc::getuid() }
+}
+
+/// The login name of this process's real uid, from the password database.
+fn account_name() -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids); getpwuid_r fills
+    // it only with pointers into `buf`, which outlives every read below.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the given length; `found` is set to `&pwd` on
+    // success and to null otherwise.
+    let rc = unsafe { libc::getpwuid_r(uid(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points at a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned()).filter(|n| !n.is_empty())
+}
+
 fn find_run(store: &Store, prefix: &str) -> anyhow::Result<crate::store::RunId> {
     store.find_run(prefix).map_err(|e| match e {
         StoreError::RunNotFound(p) => BadInput(format!(

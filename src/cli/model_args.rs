@@ -1,5 +1,5 @@
 //! Model settings on the command line (`start`), and the streaming view flag shared
-//! by `start` and `resume`. They override the task's front matter (README "Models").
+//! by `start` and `resume`. They override the task's front matter (docs/models.md).
 
 use crate::model::settings::{SettingsInput, ToolChoice};
 use clap::Args;

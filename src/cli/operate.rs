@@ -172,7 +172,7 @@ fn cli_error(e: OperateError) -> anyhow::Error {
 }
 
 pub fn send(cli: &Cli, args: &SendArgs) -> anyhow::Result<Exit> {
-    let by = args.by.clone().unwrap_or_else(sender);
+    let by = args.by.clone().unwrap_or_else(super::operator);
     let store = open_store(&cli.db_path(), false)?;
     let id = find_run(&store, &args.run_id)?;
     let sent = operate::send(&store, &id, &args.text, &by).map_err(cli_error)?;
@@ -202,11 +202,3 @@ pub fn send(cli: &Cli, args: &SendArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Completed)
 }
 
-/// Who sends a message when `--by` is not given: the login name.
-fn sender() -> String {
-    ["USER", "LOGNAME"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok())
-        .find(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "operator".into())
-}

@@ -90,8 +90,9 @@ fn docs() -> Vec<Doc> {
     paths.iter().map(|p| parse(p)).collect()
 }
 
+/// The README's Contents list leads to its own sections and to the reference in docs/.
 #[test]
-fn every_entry_of_the_readme_contents_is_a_real_heading() {
+fn every_entry_of_the_readme_contents_is_a_real_heading_or_page() {
     let readme = &docs()[0];
     let anchors: Vec<String> = readme.headings.iter().map(|(_, h)| anchor(h)).collect();
     assert!(
@@ -99,12 +100,15 @@ fn every_entry_of_the_readme_contents_is_a_real_heading() {
         "the Contents list was not found as a list of links: {:?}",
         readme.contents
     );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     for link in &readme.contents {
-        let target = link.strip_prefix('#').unwrap_or(link);
-        assert!(
-            anchors.iter().any(|a| a == target),
-            "README Contents links to {link}, which is no heading; headings: {anchors:?}"
-        );
+        match link.strip_prefix('#') {
+            Some(target) => assert!(
+                anchors.iter().any(|a| a == target),
+                "README Contents links to {link}, which is no heading; headings: {anchors:?}"
+            ),
+            None => assert!(root.join(link).is_file(), "README Contents links to {link}"),
+        }
     }
     assert!(
         readme
@@ -113,6 +117,34 @@ fn every_entry_of_the_readme_contents_is_a_real_heading() {
             .any(|(l, h)| *l == HeadingLevel::H2 && h == "Quick start"),
         "`## Quick start` does not render as a heading"
     );
+}
+
+/// The README is a guide that reads in minutes; the reference lives in docs/.
+#[test]
+fn the_readme_is_a_short_guide() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let lines = text.lines().count();
+    assert!(lines < 300, "README.md has {lines} lines; move reference text to docs/");
+}
+
+/// User documents speak to users: no internal issue numbers, no names of work passes.
+#[test]
+fn no_user_document_names_an_issue_or_a_work_pass() {
+    let pattern =
+        regex::Regex::new(r"(?i)\bissues? #?\d+|\b(first|second|third|fourth|fifth) (pass|session)\b")
+            .expect("pattern");
+    for doc in docs() {
+        let text = std::fs::read_to_string(&doc.path).expect("doc");
+        for (n, line) in text.lines().enumerate() {
+            assert!(
+                !pattern.is_match(line),
+                "{}:{}: {line}",
+                doc.path.display(),
+                n + 1
+            );
+        }
+    }
 }
 
 /// A line that would be a heading outside a code block, found inside one, means a
@@ -158,6 +190,14 @@ fn every_link_to_a_heading_or_a_file_of_the_repository_resolves() {
                     doc.path.display(),
                     target.strip_prefix(&root).unwrap_or(&target).display()
                 );
+                if !fragment.is_empty() && file.ends_with(".md") {
+                    let there = parse(&target);
+                    assert!(
+                        there.headings.iter().any(|(_, h)| anchor(h) == fragment),
+                        "{}: link {link} names no heading of {file}",
+                        doc.path.display()
+                    );
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
-//! The README's PostgreSQL section, followed as a new user would (issue 25): from a
+//! The PostgreSQL page (docs/postgresql.md), followed as a new user would (issue 25): from a
 //! server with no agentrun role or database to two workers draining a queue, running
-//! the section's own commands — read out of README.md at test time, so the README
+//! the section's own commands — read out of docs/postgresql.md at test time, so the page
 //! cannot drift from what works.
 //!
 //! What the test changes in them, and only that: the host and port (`db.internal:5432`
@@ -19,15 +19,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// The `sh` code blocks of the README's "PostgreSQL and workers" section, in order.
+/// The `sh` code blocks of docs/postgresql.md, in order.
 fn section_blocks() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("\n## PostgreSQL and workers")
-        .expect("the README's PostgreSQL section");
-    let section = &readme[start + 1..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/postgresql.md"))
+        .expect("docs/postgresql.md");
+    let section = page.as_str();
     let mut blocks = Vec::new();
     let mut rest = section;
     while let Some(i) = rest.find("```sh\n") {
@@ -45,7 +41,7 @@ fn block_with(blocks: &[String], needle: &str) -> String {
     assert_eq!(
         found.len(),
         1,
-        "one README block with `{needle}`: {blocks:#?}"
+        "one block of docs/postgresql.md with `{needle}`: {blocks:#?}"
     );
     found[0].clone()
 }

@@ -338,12 +338,18 @@ fn db_check_names_the_right_a_role_lacks() {
 #[test]
 fn a_unix_socket_host_ignores_sslmode_require() {
     let Some(s) = server() else { return };
-    let Some(dir) = std::env::var("AGENTRUN_PG_DIR").ok().filter(|d| {
-        std::path::Path::new(d)
-            .join(format!(".s.PGSQL.{}", s.port))
-            .exists()
-    }) else {
-        println!("skipped: no PostgreSQL socket folder (AGENTRUN_PG_DIR from .ci/pg)");
+    let socket_folder = || {
+        std::env::var("AGENTRUN_PG_DIR").ok().filter(|d| {
+            std::path::Path::new(d)
+                .join(format!(".s.PGSQL.{}", s.port))
+                .exists()
+        })
+    };
+    let Some(dir) = peer::available(
+        "PostgreSQL's socket folder",
+        "start the server with `eval \"$(.ci/pg start)\"`, which sets AGENTRUN_PG_DIR",
+        socket_folder,
+    ) else {
         return;
     };
     let tcp = s.url_for("agentrun", "127.0.0.1", "");

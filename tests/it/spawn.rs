@@ -153,8 +153,14 @@ fn sandboxed_command_tools_start_through_the_trampoline_without_forking_agentrun
         return;
     }
     let k = agentrun::config::preflight::Support::probe();
-    if k.landlock_abi < 1 || !k.seccomp {
-        eprintln!("skipped: this kernel cannot enforce the sandbox");
+    let enforced = || (k.landlock_abi >= 1 && k.seccomp).then_some(());
+    if peer::available(
+        "a kernel with Landlock and seccomp",
+        "Linux 5.13 or newer with Landlock enabled",
+        enforced,
+    )
+    .is_none()
+    {
         return;
     }
     let p = Project::new();

@@ -188,7 +188,7 @@ pub fn explain(e: &tokio_postgres::Error, info: &ConnInfo) -> String {
                  (PGPASSWORD, ~/.pgpass, or the role's pg_hba.conf entry)"
             ),
             "3D000" => format!(
-                "database `{db}` does not exist at {at}: create it (README, PostgreSQL) or fix the \
+                "database `{db}` does not exist at {at}: create it (docs/postgresql.md) or fix the \
                  name in the URL or PGDATABASE"
             ),
             code => format!("{at}: {code}: {msg}"),

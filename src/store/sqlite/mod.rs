@@ -18,7 +18,7 @@
 //! a killed process at once (it is in the OS's page cache) and a power cut as soon as
 //! the next FULL commit returns; a power cut before that rolls back only a suffix of
 //! the journal, never a hole in it. What a power cut can then cost is listed in the
-//! module doc of `store/writes.rs` and in the README ("Durability").
+//! module doc of `store/writes.rs` and in docs/durability.md.
 //!
 //! Damaged storage is reported, never repaired or overwritten (issue 6): a file that is
 //! not SQLite, a damaged (e.g. truncated) one, a read-only one, or one another process
