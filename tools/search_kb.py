@@ -2,13 +2,16 @@
 """Search the demo knowledge base (tools/data/kb.json) for articles matching `q`.
 
 Set KB_OUTAGE=1 in the environment to simulate the service being down (exit 69,
-unavailable), which agentrun retries and then hands to the fallback tool.
+unavailable), which agentrun retries and then hands to the fallback tool. Set
+KB_SLOW=SECONDS to make it answer that much later (to kill a run in the middle of it).
 """
 import json
 import os
 import sys
+import time
 
 args = json.load(sys.stdin)
+time.sleep(float(os.environ.get("KB_SLOW") or 0))
 if os.environ.get("KB_OUTAGE") == "1":
     print("knowledge base is unavailable", file=sys.stderr)
     sys.exit(69)

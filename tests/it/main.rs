@@ -24,6 +24,7 @@ mod first_hour;
 mod fork_send;
 mod fork_send_crash;
 mod golden;
+mod guide;
 mod handover;
 mod help;
 mod hooks;

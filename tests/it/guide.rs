@@ -1,0 +1,199 @@
+//! The README's five-minute walk, run exactly as written by a newcomer: in a fresh
+//! `git clone` of this repository (nothing else beside it), the blocks of "Quick
+//! start", "A person in the loop" and "Kill it, resume it" are read out of README.md at
+//! test time and run one after another. The only edits: `cargo install --path .` is
+//! skipped (the binary under test is first on PATH), and `<RUN_ID>` is the id of the
+//! newest run. A `console` block's commands are run and every output line it shows
+//! without an ellipsis must be printed (run ids as in the README are matched to any id).
+//! Also the smaller first-hour promises: one next step after a resolution, and who
+//! acts when `$USER` is unset.
+
+use crate::common::{Project, bin, path_with_bin, peer};
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+
+/// The fenced blocks of the README section titled `title`: (language, body), in order.
+fn blocks(readme: &str, title: &str) -> Vec<(String, String)> {
+    let heading = format!("\n## {title}\n");
+    let start = readme
+        .find(&heading)
+        .unwrap_or_else(|| panic!("README section `{title}`"));
+    let rest = &readme[start + heading.len()..];
+    let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+    let mut out = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in section.lines() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(lang)) => open = Some((lang.trim().to_string(), String::new())),
+            (Some(_), Some("")) => out.extend(open.take()),
+            (Some((_, body)), _) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    out
+}
+
+/// A fresh clone of this repository, as a newcomer has it.
+fn clone(into: &Path) -> Option<std::path::PathBuf> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let git = peer::available("git", "`apt-get install git`", || peer::on_path("git"))?;
+    let dest = into.join("agentrun");
+    let ok = Command::new(git)
+        .args(["clone", "--quiet", root])
+        .arg(&dest)
+        .status()
+        .is_ok_and(|s| s.success());
+    // A source tree that is not a git checkout (an unpacked archive) has nothing to
+    // clone; the walk is then read from the tree itself.
+    if !ok {
+        eprintln!("guide: {root} is not a git checkout; walking a copy of its README only");
+        return None;
+    }
+    Some(dest)
+}
+
+/// Runs one shell script in `dir` with the binary under test first on PATH.
+fn sh(dir: &Path, script: &str) -> (i32, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("PATH", path_with_bin())
+        .env("HOME", dir)
+        .env_remove("AGENTRUN_DB")
+        .env_remove("AGENTRUN_CRASH_AT")
+        .env_remove("KB_OUTAGE")
+        .output()
+        .expect("sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+const NEWEST: &str = r#""$(agentrun runs list --json | grep -o '"id":"[0-9a-f]*"' | head -1 | cut -d'"' -f4)""#;
+
+/// A `sh` block as the shell script a reader types.
+fn as_script(body: &str) -> String {
+    let mut script = String::from("set -e\n");
+    for line in body.lines() {
+        if line.trim_start().starts_with("cargo install") {
+            continue;
+        }
+        script.push_str(&line.replace("<RUN_ID>", NEWEST));
+        script.push('\n');
+    }
+    script
+}
+
+/// A `console` block: each `$ ` command is run; each output line shown without `…`
+/// must appear in what the commands printed (README run ids stand for any id).
+fn check_console(dir: &Path, body: &str) {
+    let id = regex::Regex::new(r"\b[0-9a-f]{12}\b").expect("id pattern");
+    let mut printed = String::new();
+    for line in body.lines() {
+        if let Some(command) = line.strip_prefix("$ ") {
+            let (_, out) = sh(dir, command);
+            printed.push_str(&out);
+        }
+    }
+    let printed = id.replace_all(&printed, "RUNID");
+    let spaces = regex::Regex::new(r" +").expect("spaces");
+    let squeeze = |s: &str| spaces.replace_all(s.trim(), " ").into_owned();
+    let printed: Vec<String> = printed.lines().map(squeeze).collect();
+    for shown in body.lines().filter(|l| !l.starts_with("$ ") && !l.contains('…')) {
+        let shown = squeeze(&id.replace_all(shown, "RUNID"));
+        assert!(
+            printed.iter().any(|p| *p == shown),
+            "the README shows `{shown}`, which was not printed:\n{}",
+            printed.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_readme_five_minute_walk_runs_as_written_in_a_fresh_clone() {
+    let home = tempfile::tempdir().expect("temp");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let Some(dir) = clone(home.path()) else {
+        return;
+    };
+    assert!(bin().is_file());
+    for title in ["Quick start", "A person in the loop", "Kill it, resume it"] {
+        let walk = blocks(&readme, title);
+        assert!(!walk.is_empty(), "no blocks in `{title}`");
+        for (lang, body) in walk {
+            match lang.as_str() {
+                "sh" => {
+                    let (code, out) = sh(&dir, &as_script(&body));
+                    assert_eq!(code, 0, "`{title}`:\n{body}\n{out}");
+                    if body.contains("kill -9") {
+                        assert!(out.contains("stale"), "`runs list` after kill -9:\n{out}");
+                        assert!(out.contains("completed after 3 steps"), "{out}");
+                        assert!(out.contains("resuming run"), "{out}");
+                    }
+                }
+                "console" => check_console(&dir, &body),
+                other => panic!("a `{other}` block in `{title}`: teach this test to run it"),
+            }
+        }
+    }
+}
+
+/// A submitted run goes back to the queue when its escalation is resolved: the one next
+/// step is a worker's, so no "agentrun resume" advice follows.
+#[test]
+fn resolving_a_queued_runs_escalation_gives_one_next_step() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[tools.send]\ndescription = \"send\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; echo '\\\"sent\\\"'\"]\napproval = \"always\"\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "send"}]}, {"text": "sent"}]));
+    p.task("", "Send it.");
+    p.run(&["submit", "task.md"]).expect_code(0);
+    p.run(&["worker", "--until-idle"]).expect_code(0);
+    let r = p.run(&["escalations", "resolve", "1", "--approve"]);
+    r.expect_code(0);
+    assert!(r.stderr.contains("is queued again"), "{r}");
+    assert!(!r.stdout.contains("agentrun resume"), "{r}");
+    // A run started here (not submitted) is resumed by a person: that advice stays.
+    let q = Project::new();
+    q.write(
+        "tools.toml",
+        "[tools.send]\ndescription = \"send\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; echo '\\\"sent\\\"'\"]\napproval = \"always\"\n",
+    );
+    q.model_script(json!([{"tool_calls": [{"name": "send"}]}, {"text": "sent"}]));
+    q.task("", "Send it.");
+    q.run(&["start", "task.md"]).expect_code(3);
+    let r = q.run(&["escalations", "resolve", "1", "--approve"]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("agentrun resume"), "{r}");
+    assert!(!r.stderr.contains("queued again"), "{r}");
+}
+
+/// With neither `$USER` nor `$LOGNAME` (cron, containers), the record names the OS
+/// account, not "unknown".
+#[test]
+fn a_cancel_without_by_or_user_names_the_os_account() {
+    let account = Command::new("id").arg("-un").output().expect("id -un");
+    let account = String::from_utf8_lossy(&account.stdout).trim().to_string();
+    let (p, id) = crate::common::blocked_run();
+    let out = p
+        .command(&["runs", "cancel", &id])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .output()
+        .expect("cancel");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(p.show(&id)["cancelled"]["by"], account.as_str());
+}
