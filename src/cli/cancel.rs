@@ -33,10 +33,7 @@ pub fn run(cli: &Cli, args: &CancelArgs) -> anyhow::Result<Exit> {
         .iter()
         .map(|p| find_run(&store, p))
         .collect::<anyhow::Result<_>>()?;
-    let by = args
-        .by
-        .clone()
-        .unwrap_or_else(super::operator);
+    let by = args.by.clone().unwrap_or_else(super::operator);
     let who = CancelBy {
         by: &by,
         reason: args.reason.as_deref(),

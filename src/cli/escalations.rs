@@ -262,10 +262,7 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
 
 fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit> {
     let resolution = decision(args)?;
-    let by = args
-        .by
-        .clone()
-        .unwrap_or_else(super::operator);
+    let by = args.by.clone().unwrap_or_else(super::operator);
     let e = decide::decide(store, EscalationId(args.id), &resolution, &by, None)?;
     // A queue run goes back to the queue once nothing else is pending (issue 17); a
     // worker continues it. (`--resume` continues it here instead: it takes the lease.)

@@ -201,4 +201,3 @@ pub fn send(cli: &Cli, args: &SendArgs) -> anyhow::Result<Exit> {
     }
     Ok(Exit::Completed)
 }
-

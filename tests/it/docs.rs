@@ -125,15 +125,19 @@ fn the_readme_is_a_short_guide() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let lines = text.lines().count();
-    assert!(lines < 300, "README.md has {lines} lines; move reference text to docs/");
+    assert!(
+        lines < 300,
+        "README.md has {lines} lines; move reference text to docs/"
+    );
 }
 
 /// User documents speak to users: no internal issue numbers, no names of work passes.
 #[test]
 fn no_user_document_names_an_issue_or_a_work_pass() {
-    let pattern =
-        regex::Regex::new(r"(?i)\bissues? #?\d+|\b(first|second|third|fourth|fifth) (pass|session)\b")
-            .expect("pattern");
+    let pattern = regex::Regex::new(
+        r"(?i)\bissues? #?\d+|\b(first|second|third|fourth|fifth) (pass|session)\b",
+    )
+    .expect("pattern");
     for doc in docs() {
         let text = std::fs::read_to_string(&doc.path).expect("doc");
         for (n, line) in text.lines().enumerate() {

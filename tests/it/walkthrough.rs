@@ -226,10 +226,7 @@ fn the_readme_points_only_at_files_in_the_repository_and_at_its_own_sections() {
             assert!(anchors.iter().any(|a| a == anchor), "no section #{anchor}");
         } else if !target.contains("://") {
             let file = target.split('#').next().unwrap_or(target);
-            assert!(
-                root.join(file).exists(),
-                "README links to missing {target}"
-            );
+            assert!(root.join(file).exists(), "README links to missing {target}");
         }
     }
     // The contract lives outside the repository: the README must stand alone.
