@@ -80,6 +80,18 @@ pub struct Snapshot {
     /// 24): events of this run go where the person starting it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notify: Option<NotifySnapshot>,
+    /// A fork carried another run's in-doubt turn: that step's calls are the other
+    /// run's and keep its `AGENTRUN_CALL_ID` (docs/security.md, Forks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<CarriedCalls>,
+}
+
+/// Whose calls one step of a fork holds (written by the store when it forks).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CarriedCalls {
+    pub run_id: String,
+    pub salt: String,
+    pub step: u32,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -98,6 +110,15 @@ pub struct NotifySnapshot {
 }
 
 impl Snapshot {
+    /// `AGENTRUN_CALL_ID` of call `call_id` of `step` in run `run_id`: the run's own
+    /// key, or the original run's for a step a fork carried.
+    pub fn call_key(&self, run_id: &str, step: u32, call_id: &str) -> String {
+        match &self.carried {
+            Some(c) if c.step == step => crate::tools::idempotency_key(&c.run_id, &c.salt, call_id),
+            _ => crate::tools::idempotency_key(run_id, &self.call_salt, call_id),
+        }
+    }
+
     /// Where this run's events go: tools.toml's `[notify]`, else the config file's as
     /// the run began with; `None` when neither says (or, for a snapshot damaged since,
     /// when it no longer parses).
@@ -245,6 +266,7 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
         output: task.output.clone(),
         depth: 0,
         notify: cfg.notify.is_none().then(|| opts.notify.clone()).flatten(),
+        carried: None,
     };
     if let Some(subset) = &snapshot.tool_subset {
         let mut with_mcp = cfg.clone();

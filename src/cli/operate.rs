@@ -118,6 +118,13 @@ pub fn fork(cli: &Cli, args: &ForkArgs) -> anyhow::Result<Exit> {
             forked.at_step,
             config_change(args)
         );
+        if forked.in_doubt {
+            crate::errln!(
+                "agentrun: step {} of {source} holds a call that started and has no outcome; \
+                 the fork carries it and asks a person before running it again",
+                forked.at_step + 1
+            );
+        }
     }
     if args.no_start {
         if cli.json {

@@ -581,11 +581,10 @@ impl Drive<'_> {
         let r = self.runner;
         fault::point("after_tool_intent");
         r.observer.call_started(&call.tool, call.max_attempts);
-        let key = crate::tools::idempotency_key(
-            r.run_id().as_str(),
-            &r.resolved.snapshot.call_salt,
-            &call.call_id,
-        );
+        let key = r
+            .resolved
+            .snapshot
+            .call_key(r.run_id().as_str(), call.step, &call.call_id);
         let modified = matches!(
             call.decision.as_ref().and_then(|d| d.resolution.as_ref()),
             Some(crate::records::Resolution::Modify { .. })

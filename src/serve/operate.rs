@@ -52,6 +52,7 @@ pub fn forms(row: &RunRow, csrf: &str) -> String {
             b,
             "<section class=\"operate\"><h2>Fork</h2>\
              <p>A new run with this run's history up to the end of a step (its effects are not repeated), continued here at once.</p>\
+             <p>A call that was running when this run stopped may have taken effect: forking at the last step (the default) never runs it again on its own — the fork first asks a person what happened (an <code>outcome_unknown</code> escalation), and if they say to run it, it runs under its original call id. Forking at an earlier step starts from there with new calls.</p>\
              <form method=\"post\" action=\"/runs/{id}/fork\" class=\"fork\">{csrf}\
              <p><label>At step <input name=\"at_step\" type=\"number\" min=\"0\" max=\"{last}\" placeholder=\"{last}\"></label> \
              <label>Model <input name=\"model\" size=\"30\" placeholder=\"the run's own\"></label></p>\

@@ -60,6 +60,7 @@ pub fn plan(parent: &Snapshot, agent: &AgentSpec) -> Result<ChildPlan, SetupErro
         output: task.output.clone(),
         depth: parent.depth + 1,
         notify: parent.notify.clone(),
+        carried: None,
     };
     Ok(ChildPlan {
         max_steps: task.max_steps.unwrap_or(DEFAULT_MAX_STEPS),

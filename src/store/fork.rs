@@ -8,8 +8,17 @@
 //! trace of steps up to it, and the config snapshot (or the one given instead). The
 //! fork's checkpoint is that step, so it continues with the next one and never runs a
 //! copied step again: their effects are the original's, recorded once. Nothing after
-//! the step is copied: no stored model turn, no escalation, no pending message. The
-//! original is only read.
+//! the step is copied — no escalation, no pending message — with one exception:
+//!
+//! **An in-doubt turn is carried** (docs/security.md, Forks). When the fork point is
+//! the source's last committed step and the source's next step holds a call that
+//! started and has no outcome (the process died in it, or it ended without proof it
+//! did not act), asking the model again could repeat its effect under a new call id.
+//! So that step's stored model turn, its journal and its trace are copied too: the
+//! fork resumes into the same turn and meets the same started call, which `resume`
+//! turns into the same `outcome_unknown` escalation. The fork's snapshot says whose
+//! calls those are ([`carry_keys`]), so a call a person re-runs keeps its original
+//! `AGENTRUN_CALL_ID`. The original is only read.
 
 use super::error::{Result, StoreError};
 use crate::machine::state::LoopState;
@@ -38,6 +47,40 @@ pub struct Forked {
     pub id: RunId,
     /// The last step copied from the source.
     pub at_step: u32,
+    /// The source's next step held a call that started without an outcome: its turn
+    /// was carried, and the fork asks a person about that call before anything else.
+    pub in_doubt: bool,
+}
+
+/// The fork's snapshot, saying that the calls of `step` were made by `source` and keep
+/// its call ids (`AGENTRUN_CALL_ID`). A source that itself carries that step from its
+/// own source passes the original on, so a fork of a fork still names the first run.
+pub(crate) fn carry_keys(
+    fork_snapshot: &str,
+    source: &RunId,
+    source_snapshot: &str,
+    step: u32,
+) -> Result<String> {
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt {
+        run: source.to_string(),
+        message: format!("config snapshot: {e}"),
+    };
+    let src: serde_json::Value = serde_json::from_str(source_snapshot).map_err(corrupt)?;
+    let mut fork: serde_json::Value = serde_json::from_str(fork_snapshot).map_err(corrupt)?;
+    let keys = match src.get("carried") {
+        Some(c) if c.get("step").and_then(serde_json::Value::as_u64) == Some(u64::from(step)) => {
+            c.clone()
+        }
+        _ => serde_json::json!({
+            "run_id": source.0,
+            "salt": src.get("call_salt").and_then(serde_json::Value::as_str).unwrap_or_default(),
+            "step": step,
+        }),
+    };
+    if let Some(obj) = fork.as_object_mut() {
+        obj.insert("carried".into(), keys);
+    }
+    serde_json::to_string(&fork).map_err(corrupt)
 }
 
 /// What a fork says until it is first driven: it is `interrupted` (resumable, held by
@@ -56,6 +99,9 @@ pub(crate) struct ForkPoint {
     /// What the source had spent at that step, copied with its tokens so the fork's
     /// `cost_usd` agrees with its token counts.
     pub cost_usd: f64,
+    /// The point is the source's last committed step: its next step, if it holds an
+    /// in-doubt call, is carried.
+    pub at_last: bool,
 }
 
 impl ForkPoint {
@@ -90,6 +136,7 @@ impl ForkPoint {
             state,
             tokens: (parsed.input_tokens, parsed.output_tokens),
             cost_usd: parsed.cost_usd,
+            at_last: step == last,
         })
     }
 }

@@ -28,6 +28,7 @@ mod guide;
 mod handover;
 mod help;
 mod hooks;
+mod in_doubt;
 mod lease;
 mod mcp;
 mod models_e2e;

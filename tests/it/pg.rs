@@ -97,6 +97,15 @@ fn the_durability_suite_passes_on_postgresql() {
 /// forked and its fork cancelled, a message sent while a model request is in flight is
 /// delivered once, and kill -9 at each of their crash points. One after another, beside
 /// the durability suite rather than in it: its cancel timings are measured under load.
+/// A fork after a crash inside a charge carries the in-doubt call (docs/security.md).
+#[test]
+fn a_fork_repeats_no_in_doubt_effect_on_postgresql() {
+    let Some(db) = pg_or_say() else {
+        return;
+    };
+    crate::in_doubt::fork_runs_no_in_doubt_effect(&db);
+}
+
 #[test]
 fn fork_and_send_pass_on_postgresql() {
     let Some(db) = pg_or_say() else {

@@ -437,11 +437,10 @@ pub(crate) fn fill_spent(parent: &Runner, journal: &mut [crate::store::JournalEn
         if !agent || e.result.is_none() {
             continue;
         }
-        let key = crate::tools::idempotency_key(
-            parent.run_id().as_str(),
-            &parent.resolved.snapshot.call_salt,
-            &e.call_id,
-        );
+        let key = parent
+            .resolved
+            .snapshot
+            .call_key(parent.run_id().as_str(), e.step, &e.call_id);
         if let Ok(Some(row)) = parent.store.child_by_key(&key) {
             e.spent = Some(spent(&parent.store, &row.id));
         }

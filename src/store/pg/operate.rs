@@ -7,7 +7,9 @@ use crate::model::Message;
 use crate::records::{Delivery, RunId, SentMessage};
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::fork::{ForkPoint, ForkRun, Forked, check_accepts, not_started_reason};
+use crate::store::fork::{
+    ForkPoint, ForkRun, Forked, carry_keys, check_accepts, not_started_reason,
+};
 use crate::store::lease::Lease;
 use crate::store::plan::encode_messages;
 use tokio_postgres::Row;
@@ -81,12 +83,15 @@ impl PgStore {
                 }
             }
             copy_history(tx, &source, &id, &point)?;
+            let in_doubt = point.at_last && carry_in_doubt(tx, &source, &id, point.step + 1)?;
             crate::fault::point("inside_fork");
-            Ok(point.step)
+            Ok((point.step, in_doubt))
         })?;
+        let (step, in_doubt) = step;
         Ok(Forked {
             id: f.id.clone(),
             at_step: step,
+            in_doubt,
         })
     }
 
@@ -184,6 +189,50 @@ impl PgStore {
             Ok(())
         })
     }
+}
+
+/// Carries the source's step `next` into the fork when one of its calls started and has
+/// no outcome (`store/fork.rs`, An in-doubt turn is carried); whether it did.
+fn carry_in_doubt(tx: &mut Tx<'_>, source: &RunId, id: &RunId, next: u32) -> Result<bool> {
+    let next = i64::from(next);
+    let carried = tx.exec(
+        "INSERT INTO model_turns (run_id, step, response)
+         SELECT $1, step, response FROM model_turns WHERE run_id = $2 AND step = $3
+            AND EXISTS (SELECT 1 FROM tool_calls WHERE run_id = $2 AND step = $3
+                AND started AND result IS NULL)",
+        &[&id.0, &source.0, &next],
+    )? > 0;
+    if !carried {
+        return Ok(false);
+    }
+    tx.exec(
+        "INSERT INTO tool_calls (run_id, call_id, step, idx, tool, args, status, started,
+            attempts, result, is_error, via)
+         SELECT $1, call_id, step, idx, tool, args, status, started, attempts, result,
+            is_error, via
+         FROM tool_calls WHERE run_id = $2 AND step = $3",
+        &[&id.0, &source.0, &next],
+    )?;
+    tx.exec(
+        "INSERT INTO events (run_id, step, kind, data, at)
+         SELECT $1, step, kind, data, at FROM events WHERE run_id = $2 AND step = $3 ORDER BY id",
+        &[&id.0, &source.0, &next],
+    )?;
+    let mut snapshot = |run: &RunId| -> Result<String> {
+        tx.opt(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = $1",
+            &[&run.0],
+        )?
+        .map(|r| r.get(0))
+        .ok_or_else(|| StoreError::RunNotFound(run.0.clone()))
+    };
+    let (fork, src) = (snapshot(id)?, snapshot(source)?);
+    let patched = carry_keys(&fork, source, &src, next as u32)?;
+    tx.exec(
+        "UPDATE run_snapshots SET snapshot = $2 WHERE run_id = $1",
+        &[&id.0, &patched],
+    )?;
+    Ok(true)
 }
 
 /// Copies the source's history up to the fork point into the fork.

@@ -5,7 +5,7 @@ use super::conn::SqliteStore;
 use super::write::insert_scripts;
 use crate::store::durability::now_ms;
 use crate::store::error::{Result, StoreError};
-use crate::store::fork::{ForkPoint, ForkRun, Forked, not_started_reason};
+use crate::store::fork::{ForkPoint, ForkRun, Forked, carry_keys, not_started_reason};
 use rusqlite::{OptionalExtension, params};
 
 impl SqliteStore {
@@ -74,14 +74,59 @@ impl SqliteStore {
                 }
             }
             copy_history(tx, f, &point)?;
+            let in_doubt = point.at_last && carry_in_doubt(tx, f, point.step + 1)?;
             crate::fault::point("inside_fork");
-            Ok(point)
+            Ok((point, in_doubt))
         })?;
+        let (point, in_doubt) = point;
         Ok(Forked {
             id: f.id.clone(),
             at_step: point.step,
+            in_doubt,
         })
     }
+}
+
+/// Carries the source's step `next` into the fork when one of its calls started and has
+/// no outcome (`store/fork.rs`, An in-doubt turn is carried); whether it did.
+fn carry_in_doubt(tx: &rusqlite::Connection, f: &ForkRun<'_>, next: u32) -> Result<bool> {
+    let (src, id) = (&f.source.0, &f.id.0);
+    let carried = tx.execute(
+        "INSERT INTO model_turns (run_id, step, response)
+         SELECT ?1, step, response FROM model_turns WHERE run_id = ?2 AND step = ?3
+            AND EXISTS (SELECT 1 FROM tool_calls WHERE run_id = ?2 AND step = ?3
+                AND started AND result IS NULL)",
+        params![id, src, next],
+    )? > 0;
+    if !carried {
+        return Ok(false);
+    }
+    tx.execute(
+        "INSERT INTO tool_calls (run_id, call_id, step, idx, tool, args, status, started,
+            attempts, result, is_error, via)
+         SELECT ?1, call_id, step, idx, tool, args, status, started, attempts, result,
+            is_error, via
+         FROM tool_calls WHERE run_id = ?2 AND step = ?3",
+        params![id, src, next],
+    )?;
+    tx.execute(
+        "INSERT INTO events (run_id, step, kind, data, at)
+         SELECT ?1, step, kind, data, at FROM events WHERE run_id = ?2 AND step = ?3 ORDER BY id",
+        params![id, src, next],
+    )?;
+    let snapshot = |run: &str| -> Result<String> {
+        Ok(tx.query_row(
+            "SELECT snapshot FROM run_snapshots WHERE run_id = ?1",
+            [run],
+            |r| r.get(0),
+        )?)
+    };
+    let patched = carry_keys(&snapshot(id)?, &f.source, &snapshot(src)?, next)?;
+    tx.execute(
+        "UPDATE run_snapshots SET snapshot = ?2 WHERE run_id = ?1",
+        params![id, patched],
+    )?;
+    Ok(true)
 }
 
 /// Copies the source's history up to the fork point into the fork (module doc).
