@@ -288,21 +288,30 @@ pub fn a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(db: &Db) {
     assert_eq!(p.show(&original)["sent_messages"], json!([]));
 
     std::fs::remove_file(p.path().join("pids")).expect("rm pids");
-    let forker = spawn(&p, &["runs", "fork", &original, "--json"], &[]);
-    let pids = tool_pids(&p);
-    let list = p.run(&["runs", "list", "--json"]).json();
-    let fork = list
-        .as_array()
-        .expect("runs")
-        .iter()
-        .filter_map(|r| r["id"].as_str())
-        .find(|id| *id != original)
-        .expect("the fork")
-        .to_string();
+    // The cancel stopped `slow` after it started: its outcome is unknown, so the fork
+    // carries it and asks a person first (docs/security.md, Forks) instead of running
+    // it again on its own.
+    let forked = p.run(&["runs", "fork", &original, "--json"]);
+    let v = forked.expect_code(3).json();
+    let fork = v["run_id"].as_str().expect("the fork").to_string();
+    assert_eq!(v["status"], "escalated", "{v}");
     assert_eq!(
         p.show(&fork)["forked_from"],
         json!({"run_id": original, "step": 1})
     );
+    let list = p.run(&["escalations", "list", "--json"]).json();
+    let esc = list
+        .as_array()
+        .expect("escalations")
+        .iter()
+        .find(|e| e["run_id"] == fork.as_str() && e["kind"] == "outcome_unknown")
+        .and_then(|e| e["id"].as_str())
+        .expect("the fork's outcome_unknown escalation")
+        .to_string();
+    p.run(&["escalations", "resolve", &esc, "--approve"])
+        .expect_code(0);
+    let forker = spawn(&p, &["resume", &fork, "--json"], &[]);
+    let pids = tool_pids(&p);
     cancel(&p, &fork).expect_code(0);
     let stopped_after = p.show(&fork)["cancelled"]["stopped_after_ms"].as_i64();
     assert!(
@@ -316,7 +325,8 @@ pub fn a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(db: &Db) {
         pids.iter().all(|&pid| gone(pid))
     });
     assert_cancelled(&p, &fork);
-    // Step 1's call ran once (the original's); step 2's slow call once per run.
+    // Step 1's call ran once (the original's); step 2's slow call twice, the second
+    // time (a person said to run it) under the original's call id.
     let calls: Vec<(String, String)> = effects(&p)
         .iter()
         .map(|key| {
@@ -330,7 +340,7 @@ pub fn a_cancelled_run_is_forked_and_its_fork_can_be_cancelled(db: &Db) {
         [
             (original.clone(), "call_0_0".to_string()),
             (original.clone(), "call_1_0".to_string()),
-            (fork.clone(), "call_1_0".to_string()),
+            (original.clone(), "call_1_0".to_string()),
         ]
     );
 }
