@@ -26,6 +26,7 @@ pub mod setup;
 pub mod store;
 pub mod task;
 pub mod taxonomy;
+pub mod telemetry;
 pub mod timefmt;
 pub mod tools;
 pub mod trace;

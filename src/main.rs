@@ -11,6 +11,9 @@ fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(code) => return ExitCode::from(code as u8),
     };
+    // Off (nothing at all) unless the OTEL_* variables name an endpoint; sends what is
+    // queued, within its bound, as the process ends.
+    let _telemetry = agentrun::telemetry::init();
     let json = parsed.json;
     let code = match cli::run(parsed) {
         Ok(exit) => exit,

@@ -69,6 +69,20 @@ pub struct RunOutcome {
     pub structured: bool,
 }
 
+impl RunOutcome {
+    /// How this drive ended, for its spans.
+    fn ended(&self) -> crate::telemetry::Ended<'_> {
+        crate::telemetry::Ended {
+            status: self.status,
+            reason: self.reason.as_deref(),
+            steps: self.steps,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cost_usd: self.cost_usd,
+        }
+    }
+}
+
 pub struct Runner {
     pub store: Arc<Store>,
     pub lease: Lease,
@@ -104,6 +118,8 @@ struct Drive<'r> {
     committed: Cell<Option<u32>>,
     /// People's messages read alongside that commit, for the step after it.
     sent_ahead: Cell<Option<Vec<SentMessage>>>,
+    /// This drive's spans, when telemetry is on (docs/observability.md).
+    trace: Option<Arc<crate::telemetry::RunTrace>>,
 }
 
 /// A call running through the recovery chain; it answers with [`Event::CallRan`].
@@ -146,16 +162,43 @@ impl Runner {
         let keep_steps = (window.is_none() && self.reads_turn_count_only())
             .then_some(crate::machine::TURN_COUNT_KEEP_STEPS);
         let (state, context, windowed_out) = self.load(keep_steps)?;
+        let trace = crate::telemetry::RunTrace::begin(&self.store, self.run_id(), state.steps)
+            .map(Arc::new);
+        let out = self
+            .drive(inbox, (state, context, windowed_out), trace.clone())
+            .await;
+        if let Some(t) = &trace {
+            t.end(out.as_ref().ok().map(RunOutcome::ended).as_ref());
+        }
+        out
+    }
+
+    async fn drive(
+        &self,
+        inbox: tokio::sync::mpsc::UnboundedReceiver<StopOrder>,
+        (state, context, windowed_out): (LoopState, Context, u32),
+        trace: Option<Arc<crate::telemetry::RunTrace>>,
+    ) -> Result<RunOutcome, RunError> {
+        let window = self.window();
+        let keep_steps = (window.is_none() && self.reads_turn_count_only())
+            .then_some(crate::machine::TURN_COUNT_KEEP_STEPS);
         let rules = self.rules(window, keep_steps);
         let mut machine = Machine::new(rules, state, context).windowed_out(windowed_out);
         let observer = self.observer.clone();
+        let traced = trace.clone();
         let d = Drive {
             runner: self,
-            events: EventBuffer::observed(Arc::new(move |e| observer.event(e)))
-                .stamped(self.clock.clone()),
+            events: EventBuffer::observed(Arc::new(move |e| {
+                observer.event(e);
+                if let Some(t) = &traced {
+                    t.event(e);
+                }
+            }))
+            .stamped(self.clock.clone()),
             escalation: Cell::new(None),
             committed: Cell::new(None),
             sent_ahead: Cell::new(None),
+            trace,
         };
         let escalations = self.store.escalations_for_run(self.run_id())?;
         let mut pending: VecDeque<Effect> =
@@ -414,7 +457,7 @@ impl Drive<'_> {
             }
             Effect::Trace(e) => self.events.emit(e),
             Effect::CallFinished(c) => r.observer.call_finished(&c),
-            Effect::Notice(n) => r.observer.notice(&n),
+            Effect::Notice(n) => self.notice(&n),
             Effect::Escalate {
                 step,
                 summary,
@@ -433,6 +476,9 @@ impl Drive<'_> {
                 stop,
             } => {
                 let json = r.state_json(&state)?;
+                if let Some(t) = &self.trace {
+                    t.decision(escalation.0);
+                }
                 let status = stop.as_deref().map(|reason| (RunStatus::Failed, reason));
                 store
                     .apply_resolution(lease, escalation.0, step, &notes, &json, status)
@@ -546,9 +592,43 @@ impl Drive<'_> {
                 }
             }
         }
+        let Some(trace) = &self.trace else {
+            return match self.call_models(&req).await {
+                Ok(resp) => Event::ModelReplied(resp),
+                Err(e) => Event::ModelFailed(e.to_string()),
+            };
+        };
+        trace.chat_started(
+            ask.step,
+            r.resolved.snapshot.models.first().map_or("", |m| m),
+        );
         match self.call_models(&req).await {
-            Ok(resp) => Event::ModelReplied(resp),
-            Err(e) => Event::ModelFailed(e.to_string()),
+            Ok(resp) => {
+                let cost_usd = r
+                    .resolved
+                    .snapshot
+                    .settings
+                    .pricing()
+                    .cost(&resp.model, &resp.usage);
+                trace.chat_finished(Ok(crate::telemetry::Answered {
+                    response: &resp,
+                    cost_usd,
+                }));
+                Event::ModelReplied(resp)
+            }
+            Err(e) => {
+                let message = e.to_string();
+                trace.chat_finished(Err(&message));
+                Event::ModelFailed(message)
+            }
+        }
+    }
+
+    /// Tells the watcher, and the trace, what the loop decided.
+    fn notice(&self, n: &Notice) {
+        self.runner.observer.notice(n);
+        if let Some(t) = &self.trace {
+            t.notice(n);
         }
     }
 
@@ -573,6 +653,31 @@ impl Drive<'_> {
     /// Runs a call through the recovery chain, gated by the step's pending state as of
     /// the call's start (`guard`).
     async fn run_call(
+        &self,
+        guard: LoopState,
+        time_left: Option<std::time::Duration>,
+        call: RunCall,
+    ) -> Event {
+        let Some(t) = &self.trace else {
+            return self.call(guard, time_left, call).await;
+        };
+        t.tool_started(&call.call_id, &call.tool, &call.args);
+        if let Some(decided) = &call.decision {
+            t.tool_approved(&call.call_id, decided);
+        }
+        let call_id = call.call_id.clone();
+        let event = self.call(guard, time_left, call).await;
+        if let Event::CallRan { execution, .. } = &event {
+            let outcome = match execution {
+                Execution::Done(outcome) => Some(outcome),
+                _ => None,
+            };
+            t.tool_finished(&call_id, outcome);
+        }
+        event
+    }
+
+    async fn call(
         &self,
         guard: LoopState,
         time_left: Option<std::time::Duration>,
@@ -716,7 +821,7 @@ impl Drive<'_> {
             .create_escalation(&r.lease, &new, pause_as, &events)
             .await?;
         self.escalation.set(Some(id));
-        r.observer.notice(&match pause_as {
+        self.notice(&match pause_as {
             Some(_) => Notice::Escalated {
                 id,
                 kind: detail.kind(),
@@ -780,7 +885,7 @@ impl Drive<'_> {
         }
         if let (Some(id), Some((summary, detail))) = (id, &c.escalation) {
             self.escalation.set(Some(id));
-            r.observer.notice(&Notice::Escalated {
+            self.notice(&Notice::Escalated {
                 id,
                 kind: detail.kind(),
                 summary: summary.clone(),

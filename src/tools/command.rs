@@ -252,17 +252,21 @@ fn build(
     tmp: Option<&std::path::Path>,
     ctx: &CallContext<'_>,
 ) -> Result<(tokio::process::Command, Secrets), ToolError> {
-    let extra = [
+    // The call's span, so what the tool calls joins the run's trace (off: absent).
+    let traceparent = crate::telemetry::traceparent(ctx.run_id, ctx.call_id);
+    let all = [
         ("AGENTRUN_RUN_ID", ctx.run_id),
         ("AGENTRUN_CALL_ID", ctx.key),
+        ("TRACEPARENT", traceparent.as_deref().unwrap_or_default()),
     ];
+    let extra = &all[..if traceparent.is_some() { 3 } else { 2 }];
     // A sandboxed tool starts through the trampoline anyway: it dies with agentrun too.
     let before = super::spawn::Before {
         tmp,
         die_with_parent: spec.sandbox.confines(),
         supervise: false,
     };
-    let mut child = super::spawn::command(spec, &extra, before).map_err(|e| {
+    let mut child = super::spawn::command(spec, extra, before).map_err(|e| {
         let arg0 = spec.argv.first().map(String::as_str).unwrap_or_default();
         ToolError::new(
             ErrorKind::ToolBug,

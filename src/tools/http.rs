@@ -43,10 +43,12 @@ pub async fn run(
     spec: &HttpSpec,
     def: &ToolDef,
     args: &Value,
-    _ctx: &CallContext<'_>,
+    ctx: &CallContext<'_>,
 ) -> AttemptResult {
     let secrets = secrets_of(spec, |name| std::env::var(name).ok());
-    let result = send(spec, def, args).await;
+    // The call's span, so the service joins the run's trace (telemetry off: none).
+    let traceparent = crate::telemetry::traceparent(ctx.run_id, ctx.call_id);
+    let result = send(spec, def, args, traceparent).await;
     super::redacted(result, &secrets)
 }
 
@@ -72,7 +74,12 @@ pub fn secrets_of(spec: &HttpSpec, env: impl Fn(&str) -> Option<String>) -> Secr
     secrets
 }
 
-async fn send(spec: &HttpSpec, def: &ToolDef, args: &Value) -> AttemptResult {
+async fn send(
+    spec: &HttpSpec,
+    def: &ToolDef,
+    args: &Value,
+    traceparent: Option<String>,
+) -> AttemptResult {
     let tool = def.name.as_str();
     let url = fill_url(&spec.url, args).map_err(prefixed(tool))?;
     let method = Method::from_bytes(spec.method.to_ascii_uppercase().as_bytes()).map_err(|_| {
@@ -81,8 +88,14 @@ async fn send(spec: &HttpSpec, def: &ToolDef, args: &Value) -> AttemptResult {
             format!("{tool}: bad HTTP method `{}`", spec.method),
         )
     })?;
-    let headers =
+    let mut headers =
         expand_headers(&spec.headers, |name| std::env::var(name).ok()).map_err(prefixed(tool))?;
+    // A `traceparent` the tool's config sets itself is kept.
+    if let Some(tp) = traceparent.and_then(|tp| HeaderValue::from_str(&tp).ok())
+        && !headers.contains_key("traceparent")
+    {
+        headers.insert(HeaderName::from_static("traceparent"), tp);
+    }
     let mut request = client()?
         .request(method.clone(), url)
         .headers(headers)
