@@ -46,7 +46,7 @@ pub fn init() -> Guard {
         Ok(None) => None,
         Err(e) => {
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "agentrun: {e}");
+            let _ = writeln!(crate::cli::out::stderr(), "agentrun: {e}");
             None
         }
     });
