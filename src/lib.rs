@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod decide;
 pub mod digest;
+pub mod evals;
 pub mod fault;
 pub mod hooks;
 pub mod machine;

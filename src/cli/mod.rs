@@ -20,6 +20,7 @@ pub mod settings;
 
 pub use runs::{describe_event, render_text};
 mod start;
+mod test_cmd;
 mod tools;
 
 use crate::setup::SetupError;
@@ -153,6 +154,10 @@ pub enum Command {
     /// Look at the database: server version, TLS, schema, missing rights.
     #[command(subcommand)]
     Db(db::DbCmd),
+    Test(test_cmd::TestArgs),
+    /// Answers a replayed tool's call from a recorded case (run by `agentrun test`).
+    #[command(hide = true)]
+    ReplayTool(test_cmd::ReplayToolArgs),
     Init(init::InitArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
@@ -380,7 +385,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
     }
     if !matches!(
         cli.command,
-        Command::Init(_) | Command::Completions(_) | Command::Man(_)
+        Command::Init(_) | Command::Completions(_) | Command::Man(_) | Command::ReplayTool(_)
     ) {
         cli.settings = settings::load(&cli)?;
         if let Some(n) = cli.settings.db_pool {
@@ -424,6 +429,8 @@ fn dispatch(cli: &Cli) -> anyhow::Result<Exit> {
         Command::Notify(cmd) => notify::run(cli, cmd),
         Command::Tools(cmd) => tools::run(cli, cmd),
         Command::Db(cmd) => db::run(cli, cmd),
+        Command::Test(args) => test_cmd::test(cli, args),
+        Command::ReplayTool(args) => test_cmd::replay_tool(args),
         Command::Init(args) => init::run(cli, args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),

@@ -56,13 +56,22 @@ pub enum RunsCmd {
     /// Print a whole run as one JSON document: `runs show --json` plus the config
     /// snapshot it runs with (tools.toml, prompts, models).
     ///
-    /// Example:
+    /// With --as-test DIR, write the run as a regression test instead: the task, the
+    /// model's turns as a script, the tool results it saw and what to expect (calls in
+    /// order with arguments, final answer and status), secrets redacted; re-run it with
+    /// `agentrun test DIR`.
+    ///
+    /// Examples:
     ///   agentrun runs export 3f9a > run-3f9a.json
+    ///   agentrun runs export 3f9a --as-test tests/cases/refund
     #[command(verbatim_doc_comment)]
     Export {
         /// The run's id, or a unique prefix of it.
         #[arg(value_name = "RUN_ID")]
         run_id: String,
+        /// Write a test case folder (case.json, script.json) instead of printing.
+        #[arg(long, value_name = "DIR")]
+        as_test: Option<std::path::PathBuf>,
     },
     /// Remove runs and everything stored for them (transcript, journal, trace,
     /// escalations). A run that is live in another process is refused.
@@ -182,9 +191,12 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
             }
             show(cli, &store, &id)
         }
-        RunsCmd::Export { run_id } => {
+        RunsCmd::Export { run_id, as_test } => {
             let store = open_store(&db, false)?;
             let id = find_run(&store, run_id)?;
+            if let Some(dir) = as_test {
+                return export_case(cli, &store, &id, dir);
+            }
             output::print_json(&export_json(&store, &id)?)?;
             Ok(Exit::Completed)
         }
@@ -559,6 +571,47 @@ fn export_json(store: &Store, id: &RunId) -> anyhow::Result<serde_json::Value> {
         v["config_snapshot"]["scripts"] = serde_json::to_value(scripts)?;
     }
     Ok(v)
+}
+
+/// `runs export --as-test DIR`: the run as a regression test case
+/// (`crate::evals::case`), redacted with the secrets the run's own config knows.
+fn export_case(cli: &Cli, store: &Store, id: &RunId, dir: &Path) -> anyhow::Result<Exit> {
+    let run = detail_json(store, id)?;
+    let snapshot = super::start::stored_snapshot(store, id)?;
+    let secrets = crate::runner::secrets::known(&snapshot);
+    // The task file as it is now, only when it still holds this run's task.
+    let task_file = Path::new(run["task_path"].as_str().unwrap_or_default());
+    let task_file = crate::task::load(task_file)
+        .ok()
+        .filter(|t| run["task"].as_str() == Some(t.prompt.as_str()))
+        .map(|t| t.path);
+    let tools_file = Some(std::path::PathBuf::from(&snapshot.tools_path))
+        .filter(|p| !snapshot.tools_path.is_empty() && p.is_file());
+    let source = crate::evals::case::Source {
+        run: &run,
+        task_file,
+        tools_file,
+        tool_subset: snapshot.tool_subset.clone(),
+        secrets: &secrets,
+    };
+    let expect = crate::evals::case::export(&source, dir)?;
+    if cli.json {
+        output::print_json(&serde_json::json!({
+            "case": dir.display().to_string(),
+            "calls": expect.calls.len(),
+            "status": expect.status,
+        }))?;
+    } else if !cli.quiet {
+        crate::errln!(
+            "agentrun: wrote {} ({} call{}, {}); re-run it with `agentrun test {}`",
+            dir.display(),
+            expect.calls.len(),
+            if expect.calls.len() == 1 { "" } else { "s" },
+            expect.status,
+            dir.display()
+        );
+    }
+    Ok(Exit::Completed)
 }
 
 /// What the run's children were confined to (issue 22), from its config snapshot:

@@ -19,6 +19,7 @@ mod crash;
 mod db_check;
 mod docs;
 mod escalations;
+mod evals;
 mod examples;
 mod first_hour;
 mod fork_send;
