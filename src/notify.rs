@@ -14,6 +14,18 @@
 //! failing is left alone for the rest of the pass (a breaker), so one dead receiver
 //! cannot hold a process up. A failure is recorded on the row (`agentrun notify list`)
 //! and retried by later passes up to [`MAX_PASSES`]; it never fails or blocks a run.
+//!
+//! **Trust lines** (docs/security.md, Notifications). A run's `[notify]` is the run
+//! author's configuration, and delivering it must carry nothing of the process that
+//! happens to deliver it. So a process expands `${VAR}` in a webhook, and runs a
+//! notify `command`, only for a run it drives itself (start, resume, a worker's run,
+//! a run the console drives) — a process that runs that run's tools by choice. Every
+//! other process passing over the outbox (`serve`'s timer, `escalations list`,
+//! `notify deliver`, any command's start-up pass) sends only events whose every target
+//! is a plain URL, and leaves the rest pending for the run's next driver. Text in the
+//! `text` field is escaped for Slack and Mattermost (`&`, `<`, `>`); its one link is
+//! built from `public_url`. A delivery error names the webhook as written, never its
+//! expanded value.
 
 use crate::config::types::{
     Approval, CommandSpec, HttpSpec, NotifyConfig, OnUnknown, ToolDef, ToolKind, ToolsConfig,
@@ -67,8 +79,11 @@ pub fn payload(n: &Notice, public_url: Option<&str>) -> Value {
             format!("Run {} ended: {}", n.run_id, n.kind)
         }
     };
+    // Model, tool and people's text must not become Slack markup (`<!channel>`,
+    // `<https://evil.example|agentrun console>`): the only link is ours.
+    let what = slack_escape(&what);
     let text = match &link {
-        Some(l) => format!("{what} <{l}>"),
+        Some(l) => format!("{what} <{}>", slack_escape(l)),
         None => what,
     };
     json!({
@@ -82,6 +97,36 @@ pub fn payload(n: &Notice, public_url: Option<&str>) -> Value {
         "created_at": crate::timefmt::rfc3339(n.created_at),
         "text": text,
     })
+}
+
+/// Escapes text for Slack's and Mattermost's `text` (their three control characters).
+pub fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The runs this process drives (through the one lifecycle): for them alone it expands
+/// `${VAR}` in a webhook and runs a notify `command` (module doc, Trust lines).
+static DRIVEN: std::sync::Mutex<Vec<RunId>> = std::sync::Mutex::new(Vec::new());
+
+/// Records that this process drives `run` (called by the lifecycle).
+pub fn driving(run: &RunId) {
+    if let Ok(mut d) = DRIVEN.lock()
+        && !d.contains(run)
+    {
+        d.push(run.clone());
+    }
+}
+
+fn drives(run: &RunId) -> bool {
+    DRIVEN.lock().is_ok_and(|d| d.contains(run))
+}
+
+/// Whether a process that does not drive the run may send to every target of `cfg`:
+/// only plain URLs, nothing of its own environment, no command.
+fn needs_nothing_of_the_sender(cfg: &NotifyConfig) -> bool {
+    cfg.command.is_none() && cfg.webhook.as_deref().is_none_or(|w| !w.contains("${"))
 }
 
 /// Sends every pending event and marks each. Never fails: a store error ends the pass
@@ -139,6 +184,10 @@ async fn deliver(
             pass.skipped += 1;
             continue;
         };
+        if !drives(&n.run_id) && !needs_nothing_of_the_sender(&cfg) {
+            // The run's next driver sends it (module doc, Trust lines).
+            continue;
+        }
         // Another process passing over the outbox now may be sending it.
         if !matches!(store.claim_notice(&n.id), Ok(true)) {
             continue;
@@ -146,7 +195,8 @@ async fn deliver(
         crate::fault::point("notify_after_commit");
         let body = payload(&n, cfg.public_url.as_deref());
         let mut errors = Vec::new();
-        for target in targets(&cfg, &n.id) {
+        let (targets, secrets) = targets(&cfg, &n.id);
+        for target in targets {
             let key = target.name.clone();
             if failures.get(&key).is_some_and(|f| *f >= BREAKER) {
                 // The breaker: counted as this pass's failure, tried by a later pass.
@@ -161,7 +211,11 @@ async fn deliver(
                 }
                 Err(e) => {
                     *failures.entry(key).or_default() += 1;
-                    errors.push(e);
+                    errors.push(
+                        secrets
+                            .iter()
+                            .fold(e, |e, s| e.replace(s.as_str(), "[redacted]")),
+                    );
                 }
             }
         }
@@ -229,8 +283,9 @@ fn expand(url: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// One delivery target as a tool the recovery chain can run.
-fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
+/// The delivery targets as tools the recovery chain can run, and what `${VAR}`
+/// expanded to (kept out of every error stored).
+fn targets(cfg: &NotifyConfig, event_id: &str) -> (Vec<ToolDef>, Vec<String>) {
     let def = |name: &str, kind: ToolKind| ToolDef {
         name: name.to_string(),
         description: String::new(),
@@ -245,10 +300,16 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
         on_unknown: OnUnknown::TellModel,
     };
     let mut out = Vec::new();
+    let mut secrets = Vec::new();
     if let Some(url) = &cfg.webhook {
         let mut headers = std::collections::BTreeMap::new();
         headers.insert("Idempotency-Key".to_string(), event_id.to_string());
-        let url = expand(url).unwrap_or_else(|e| format!("invalid://{e}"));
+        let expanded = expand(url).unwrap_or_else(|e| format!("invalid://{e}"));
+        if expanded != *url {
+            secrets.push(expanded.clone());
+            secrets.extend(expanded_values(url));
+        }
+        let url = expanded;
         out.push(def(
             "notify_webhook",
             ToolKind::Http(HttpSpec {
@@ -275,6 +336,24 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> Vec<ToolDef> {
                 sandbox: Default::default(),
             }),
         ));
+    }
+    (out, secrets)
+}
+
+/// The values of the `${VAR}`s in `url` long enough to be told apart in a message.
+fn expanded_values(url: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = url;
+    while let Some(at) = rest.find("${") {
+        let Some(end) = rest[at..].find('}') else {
+            break;
+        };
+        if let Ok(v) = std::env::var(&rest[at + 2..at + end])
+            && v.len() >= 8
+        {
+            out.push(v);
+        }
+        rest = &rest[at + end + 1..];
     }
     out
 }
@@ -307,5 +386,66 @@ async fn send(def: &ToolDef, body: &Value, n: &Notice) -> Result<(), String> {
         Execution::Paused { .. } | Execution::ChildWaiting { .. } => {
             Err(format!("{}: paused", def.name))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::types::NotifyEvent;
+
+    fn notice(summary: &str) -> Notice {
+        Notice {
+            id: "evt_1".into(),
+            event: NotifyEvent::EscalationFiled,
+            run_id: RunId("r1".into()),
+            escalation_id: Some(7),
+            kind: "approval_required".into(),
+            summary: summary.into(),
+            created_at: 0,
+            state: "pending".into(),
+            attempts: 0,
+            last_error: None,
+        }
+    }
+
+    /// Model, tool and people's text cannot ping a channel or plant a link in Slack
+    /// or Mattermost: `<`, `>` and `&` arrive escaped, and the one link is ours.
+    #[test]
+    fn slack_markup_in_a_summary_arrives_escaped() {
+        let hostile = "<!channel> refund now <https://evil.example|agentrun console> & more";
+        let body = payload(&notice(hostile), Some("https://console.example"));
+        assert_eq!(
+            body["text"],
+            "Run r1 needs a person (approval_required): &lt;!channel&gt; refund now \
+             &lt;https://evil.example|agentrun console&gt; &amp; more \
+             <https://console.example/escalations/7>"
+        );
+        // The JSON field keeps the text as it is, for receivers that escape their own.
+        assert_eq!(body["summary"], hostile);
+    }
+
+    #[test]
+    fn a_sender_that_does_not_drive_the_run_sends_only_plain_urls() {
+        let cfg = |webhook: Option<&str>, command: bool| NotifyConfig {
+            webhook: webhook.map(str::to_string),
+            command: command.then(|| vec!["notify.sh".to_string()]),
+            events: NotifyEvent::ALL.to_vec(),
+            public_url: None,
+            retry: Default::default(),
+            cwd: std::path::PathBuf::from("."),
+        };
+        assert!(needs_nothing_of_the_sender(&cfg(
+            Some("https://x.example/h"),
+            false
+        )));
+        assert!(!needs_nothing_of_the_sender(&cfg(
+            Some("https://x/${TOKEN}"),
+            false
+        )));
+        assert!(!needs_nothing_of_the_sender(&cfg(None, true)));
+        assert!(!drives(&RunId("not-driven-here".into())));
+        driving(&RunId("driven-here".into()));
+        assert!(drives(&RunId("driven-here".into())));
     }
 }

@@ -65,6 +65,8 @@ impl Lifecycle {
 /// Drives a held run from its last checkpoint until it stops, then releases it (see
 /// the module doc). A lost lease is not released: another process holds it now.
 pub async fn drive(runner: &Runner, how: Lifecycle) -> Result<RunOutcome, RunError> {
+    // Its `[notify]` is this process's to send in full (docs/security.md).
+    crate::notify::driving(runner.run_id());
     let (tx, inbox) = tokio::sync::mpsc::unbounded_channel();
     let store = runner.store.clone();
     let lease = runner.lease.clone();

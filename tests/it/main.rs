@@ -35,6 +35,7 @@ mod mcp;
 mod models_e2e;
 mod newcomer;
 mod notify;
+mod notify_trust;
 mod operating;
 mod parallel;
 mod pg;
