@@ -393,28 +393,46 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         }
     }
     // Notification events a crashed process left pending go out while this command
-    // works (issue 24); what this command caused goes out after it, before exit.
+    // works (issue 24); what this command caused goes out after it. Neither holds the
+    // person up: after the outcome, the command waits at most [`NOTIFY_WAIT`] for
+    // delivery and then exits; an event still being sent stays pending in the outbox,
+    // claimed by a process that is gone, and the next process sends it (as after a
+    // crash; receivers drop repeats by the event id).
     let notifies = matches!(
         cli.command,
         Command::Start(_)
             | Command::Resume(_)
             | Command::Worker(_)
             | Command::Escalations(_)
-            | Command::Runs(runs::RunsCmd::Cancel(_))
+            | Command::Runs(runs::RunsCmd::Cancel(_) | runs::RunsCmd::Send(_))
     );
     // (`serve` delivers on a timer of its own, from its first second.)
-    let pending = notifies.then(|| {
-        let db = cli.db_path();
-        std::thread::spawn(move || crate::notify::deliver_for(&db))
-    });
+    let pending = notifies.then(|| deliver_in_background(cli.db_path()));
     let result = dispatch(&cli);
-    if let Some(t) = pending {
-        let _ = t.join();
-    }
     if notifies {
-        crate::notify::deliver_for(&cli.db_path());
+        let deadline = std::time::Instant::now() + NOTIFY_WAIT;
+        let after = deliver_in_background(cli.db_path());
+        for done in pending.into_iter().chain([after]) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let _ = done.recv_timeout(left);
+        }
     }
     result
+}
+
+/// How long a command waits, after its outcome, for the notification events it
+/// caused to be delivered (docs/ARCHITECTURE.md, Notifications).
+pub const NOTIFY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One pass over the outbox on a thread of its own; the receiver hears when it ends.
+/// The thread is not joined: the process may exit while it sends.
+fn deliver_in_background(db: PathBuf) -> std::sync::mpsc::Receiver<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        crate::notify::deliver_for(&db);
+        let _ = tx.send(());
+    });
+    rx
 }
 
 fn dispatch(cli: &Cli) -> anyhow::Result<Exit> {
