@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
     pub addr: String,
+    /// The address reviewers open when it is not --addr (a proxy or a name in front of
+    /// the console), e.g. https://review.example.com; its host is answered too.
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
 }
 
 pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
@@ -49,12 +53,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
         )
         .into());
     }
+    // Checked before anything listens: a bad URL is bad input, not a late surprise.
+    crate::serve::host::Hosts::new(addr, args.public_url.as_deref())
+        .map_err(|e| BadInput(format!("--public-url {e}")))?;
     let store = Arc::new(open_store(&cli.db_path(), true)?);
-    let opts = crate::serve::Options {
-        db: cli.db_path(),
-        token: given.clone().unwrap_or_else(crate::serve::random_token),
-        render: super::render_text,
-    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -64,6 +66,13 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<Exit> {
             .await
             .map_err(|e| BadInput(format!("--addr {addr}: cannot listen: {e}")))?;
         let bound = listener.local_addr()?;
+        let opts = crate::serve::Options {
+            db: cli.db_path(),
+            token: given.clone().unwrap_or_else(crate::serve::random_token),
+            render: super::render_text,
+            hosts: crate::serve::host::Hosts::new(bound, args.public_url.as_deref())
+                .map_err(|e| BadInput(format!("--public-url {e}")))?,
+        };
         let (router, app) = crate::serve::router(&opts, store);
         crate::serve::spawn_notifier(&opts.db);
         if given.is_some() {

@@ -1,6 +1,8 @@
 //! The queue page, one escalation's page, and the decision it takes.
 
+use super::auth::Session;
 use super::html::{self, Tab, csrf_field, esc, pre};
+use super::operate::name_field;
 use super::{App, Reviewer, error_page, store_error};
 use crate::decide::{self, DecideError};
 use crate::render::transcript::describe_event;
@@ -22,7 +24,7 @@ fn now() -> i64 {
 }
 
 /// `/`: open escalations first (oldest waiting first), then the last decisions.
-pub async fn queue(State(app): State<Arc<App>>, _r: Reviewer) -> Response {
+pub async fn queue(State(app): State<Arc<App>>, r: Reviewer) -> Response {
     let rows = match app.store.list_escalations(true) {
         Ok(rows) => rows,
         Err(e) => return store_error(&e),
@@ -45,7 +47,7 @@ pub async fn queue(State(app): State<Arc<App>>, _r: Reviewer) -> Response {
         let recent: Vec<_> = done.into_iter().take(RECENTLY_RESOLVED).collect();
         let _ = write!(body, "<h2>Recently decided</h2>{}", table(&recent, now));
     }
-    Html(html::page("Queue", Tab::Queue, &body)).into_response()
+    Html(html::page("Queue", Tab::Queue, Some(&r.0), &body)).into_response()
 }
 
 fn table(rows: &[EscalationRow], now: i64) -> String {
@@ -125,11 +127,11 @@ fn render(
         );
         b.push_str(&super::runs::resume_form(app, &e.run_id, &r.0.csrf));
     } else {
-        b.push_str(&decision_form(e, &r.0.csrf, error, form));
+        b.push_str(&decision_form(e, &r.0, error, form));
     }
     b.push_str(&trace(app, e));
     let title = format!("Escalation {}", e.id);
-    (status, Html(html::page(&title, Tab::Queue, &b))).into_response()
+    (status, Html(html::page(&title, Tab::Queue, Some(&r.0), &b))).into_response()
 }
 
 fn facts(e: &EscalationRow) -> String {
@@ -185,7 +187,7 @@ fn handover_html(e: &EscalationRow) -> String {
         b,
         "<h3>The problem</h3>{}<h3>Suggested next step</h3>{}</section>",
         pre(&h.problem),
-        pre(&h.next_step)
+        pre(&page_words(&h.next_step))
     );
     b
 }
@@ -213,22 +215,25 @@ fn trace(app: &App, e: &EscalationRow) -> String {
 
 /// The one decision form: reviewer name, the fields each decision needs, and a button
 /// per decision that applies to this kind. It carries the binding it was drawn for.
-fn decision_form(e: &EscalationRow, csrf: &str, error: Option<&str>, f: &DecideForm) -> String {
+fn decision_form(e: &EscalationRow, who: &Session, error: Option<&str>, f: &DecideForm) -> String {
     let kind = e.kind;
     let can = |r: Resolution| decide::applies(kind, &r);
     let mut b = String::from("<h2>Decide</h2>");
     if let Some(msg) = error {
-        let _ = write!(b, "<p class=\"error\" role=\"alert\">{}</p>", esc(msg));
+        let _ = write!(
+            b,
+            "<p class=\"error\" role=\"alert\">{}</p>",
+            esc(&page_words(msg))
+        );
     }
     let _ = write!(
         b,
         "<form method=\"post\" action=\"/escalations/{id}/decide\" class=\"decide\">{csrf}\
-         <input type=\"hidden\" name=\"digest\" value=\"{digest}\">\
-         <p><label>Your name <input name=\"by\" value=\"{by}\" required autocomplete=\"name\"></label></p>",
+         <input type=\"hidden\" name=\"digest\" value=\"{digest}\"><p>{name}</p>",
         id = e.id,
-        csrf = csrf_field(csrf),
+        csrf = csrf_field(&who.csrf),
         digest = esc(&decide::binding(e)),
-        by = esc(&f.by),
+        name = name_field(who, "decide", &f.by),
     );
     if can(Resolution::Modify {
         args: serde_json::Value::Null,
@@ -318,11 +323,14 @@ pub async fn decide(
     let Some(digest) = f.digest.as_deref() else {
         return again("The form carries no call digest; reload the page.");
     };
+    let Some(by) = r.acting_as(&app, &f.by) else {
+        return again("Your name is needed: it is recorded with the decision.");
+    };
     let resolution = match resolution(&f) {
         Ok(res) => res,
         Err(msg) => return again(&msg),
     };
-    match decide::decide(&app.store, e.id, &resolution, &f.by, Some(digest)) {
+    match decide::decide(&app.store, e.id, &resolution, &by, Some(digest)) {
         Ok(_) => {}
         Err(DecideError::Store(err)) if !err.is_bad_input() => return store_error(&err),
         Err(DecideError::Changed(_)) => {
@@ -333,7 +341,7 @@ pub async fn decide(
                 ),
             );
         }
-        Err(err) => return again(&err.to_string()),
+        Err(err) => return again(&in_page(&err)),
     }
     // A queue run goes back to the queue, as after `escalations resolve`.
     let _ = app.store.requeue(&e.run_id);
@@ -358,8 +366,45 @@ fn resolution(f: &DecideForm) -> Result<Resolution, String> {
         },
         "modify" => Resolution::Modify {
             args: decide::parse_modified(f.args.as_deref().unwrap_or(""))
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| in_page(&e))?,
         },
         other => return Err(format!("Unknown decision `{other}`.")),
+    })
+}
+
+/// A refused decision in the page's words: the buttons and fields, not the command
+/// line's flags.
+fn in_page(e: &DecideError) -> String {
+    match e {
+        DecideError::NotAllowed { kind, .. } => {
+            format!(
+                "That decision does not apply to a {kind} escalation; use one of the buttons below."
+            )
+        }
+        DecideError::ModifyFallback(_, tool) => format!(
+            "Modify changes a call the model made; {tool} was reached through a fallback, so Approve or Deny it."
+        ),
+        DecideError::BadArgs(why) => format!("Arguments: {why}."),
+        DecideError::NoReviewer => "Your name is needed: it is recorded with the decision.".into(),
+        other => page_words(&other.to_string()),
+    }
+}
+
+/// Text written for the command line (a stored handover's next step, an error), with
+/// each decision flag replaced by the button that takes that decision here.
+pub fn page_words(text: &str) -> String {
+    [
+        ("--modify JSON", "Modify"),
+        ("--deny REASON", "Deny (with a reason)"),
+        ("--reply TEXT", "Reply"),
+        ("--approve", "Approve"),
+        ("--modify", "Modify"),
+        ("--deny", "Deny"),
+        ("--reply", "Reply"),
+        ("--resume", "Approve and resume"),
+    ]
+    .iter()
+    .fold(text.to_string(), |t, (flag, button)| {
+        t.replace(flag, &format!("“{button}”"))
     })
 }

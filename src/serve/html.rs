@@ -32,8 +32,9 @@ pub enum Tab {
     None,
 }
 
-/// A whole page: `title` is escaped here, `body` must already be safe HTML.
-pub fn page(title: &str, tab: Tab, body: &str) -> String {
+/// A whole page: `title` is escaped here, `body` must already be safe HTML. With a
+/// session, the header says who is signed in and offers Log out.
+pub fn page(title: &str, tab: Tab, who: Option<&super::auth::Session>, body: &str) -> String {
     let link = |href: &str, label: &str, t: Tab| {
         let current = if t == tab {
             " aria-current=\"page\""
@@ -50,12 +51,28 @@ pub fn page(title: &str, tab: Tab, body: &str) -> String {
          <title>{} · agentrun</title>\
          <link rel=\"stylesheet\" href=\"/assets/app.css\">\
          <script src=\"/assets/app.js\" defer></script></head>\
-         <body><header><strong>agentrun</strong> <nav>{} {}</nav></header><main>{body}</main></body></html>\n",
+         <body><header><strong>agentrun</strong> <nav aria-label=\"Console\">{} {}</nav>{}</header>\
+         <main>{body}</main></body></html>\n",
         esc(title),
         link("/", "Queue", Tab::Queue),
         link("/runs", "Runs", Tab::Runs),
+        who.map(signed_in).unwrap_or_default(),
     );
     out
+}
+
+/// Who is signed in, and the Log out button.
+fn signed_in(s: &super::auth::Session) -> String {
+    let name = s
+        .name
+        .as_deref()
+        .map(|n| format!("Signed in as <span class=\"who\">{}</span> ", esc(n)))
+        .unwrap_or_else(|| "Signed in ".to_string());
+    format!(
+        "<form method=\"post\" action=\"/logout\" class=\"logout\">{name}{}\
+         <button type=\"submit\">Log out</button></form>",
+        csrf_field(&s.csrf)
+    )
 }
 
 /// A `<pre>` of untrusted text.
@@ -85,7 +102,7 @@ mod tests {
 
     #[test]
     fn the_title_is_escaped_and_the_frame_has_no_inline_script() {
-        let p = page("<script>", Tab::None, "");
+        let p = page("<script>", Tab::None, None, "");
         assert!(p.contains("<title>&lt;script&gt; · agentrun</title>"));
         assert!(!p.contains("<script>"));
         assert!(!p.contains(" on"));

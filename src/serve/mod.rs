@@ -19,6 +19,7 @@
 mod auth;
 mod drive;
 mod escalation;
+pub mod host;
 pub mod html;
 mod live;
 mod operate;
@@ -47,6 +48,8 @@ pub struct Options {
     /// How a run page shows the run: `runs show`'s text, given by the command line
     /// (which sits above the console and owns that view).
     pub render: RenderRun,
+    /// The `Host` values the console answers (see [`host`]).
+    pub hosts: host::Hosts,
 }
 
 /// The whole of `runs show` for a run, as text in a style.
@@ -63,6 +66,7 @@ pub struct App {
     /// `http://HOST:PORT` when the token was generated: login links are printed then.
     links: std::sync::OnceLock<String>,
     pub(crate) render: RenderRun,
+    hosts: host::Hosts,
 }
 
 impl App {
@@ -109,13 +113,26 @@ const SECURITY_HEADERS: [(&str, &str); 4] = [
 const NOTIFY_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Delivers pending notification events every [`NOTIFY_EVERY`] while the console
-/// runs, on a thread of its own with its own store connection (a slow receiver never
-/// holds a page up). It ends with the process.
+/// runs, on a thread of its own with one store connection and one runtime for all
+/// its passes (a slow receiver never holds a page up). It ends with the process; a
+/// database it cannot open yet is tried again at the next pass.
 pub fn spawn_notifier(db: &std::path::Path) {
     let db = db.to_path_buf();
     std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        let mut store = None;
         loop {
-            crate::notify::deliver_for(&db);
+            if store.is_none() {
+                store = Store::open(&db, false).ok();
+            }
+            if let Some(s) = &store {
+                rt.block_on(crate::notify::deliver_pending(s));
+            }
             std::thread::sleep(NOTIFY_EVERY);
         }
     });
@@ -131,10 +148,12 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         drivers: drive::Drivers::default(),
         links: std::sync::OnceLock::new(),
         render: opts.render,
+        hosts: opts.hosts.clone(),
     });
     let router = Router::new()
         .route("/", get(escalation::queue))
         .route("/login", get(login_get).post(login_post))
+        .route("/logout", post(logout))
         .route("/escalations/{id}", get(escalation::page))
         .route("/escalations/{id}/decide", post(escalation::decide))
         .route("/runs", get(runs::list))
@@ -146,6 +165,10 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         .route("/runs/{id}/fork", post(operate::fork))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            check_host,
+        ))
         .layer(axum::middleware::map_response(secure))
         .with_state(app.clone());
     (router, app)
@@ -168,6 +191,29 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
+/// Refuses (421) a request whose `Host` is not one the console serves: a DNS-rebound
+/// page reaches no route, not even the login page ([`host`]).
+async fn check_host(
+    State(app): State<Arc<App>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let given = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if app.hosts.allows(given) {
+        return next.run(req).await;
+    }
+    (
+        StatusCode::MISDIRECTED_REQUEST,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "This console does not answer for this host name.\n",
+    )
+        .into_response()
+}
+
 async fn secure(mut res: Response) -> Response {
     let h = res.headers_mut();
     for (name, value) in SECURITY_HEADERS {
@@ -186,12 +232,25 @@ impl FromRequestParts<Arc<App>> for Reviewer {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
         match app.auth.session(&parts.headers) {
             Some(s) => Ok(Reviewer(s)),
-            None => Err(login_page(StatusCode::UNAUTHORIZED, None)),
+            None => Err(login_page(app, StatusCode::UNAUTHORIZED, None)),
         }
     }
 }
 
 impl Reviewer {
+    /// The name this session acts under: the one the form gave (remembered for the
+    /// rest of the session), else the one given before; `None` when neither.
+    pub fn acting_as(&self, app: &App, given: &str) -> Option<String> {
+        let given = given.trim();
+        if given.is_empty() {
+            return self.0.name.clone();
+        }
+        if self.0.name.as_deref() != Some(given) {
+            app.auth.set_name(&self.0.id, given);
+        }
+        Some(given.to_string())
+    }
+
     /// The 403 page, unless the form's CSRF field is this session's.
     pub fn refuse_without_csrf(&self, given: Option<&str>) -> Option<Response> {
         if self.0.csrf_ok(given) {
@@ -212,7 +271,11 @@ pub fn error_page(status: StatusCode, message: &str) -> Response {
         status.as_u16(),
         html::esc(message)
     );
-    (status, Html(html::page("Error", html::Tab::None, &body))).into_response()
+    (
+        status,
+        Html(html::page("Error", html::Tab::None, None, &body)),
+    )
+        .into_response()
 }
 
 /// A store error as a page: 404 for a missing run or escalation, else 500.
@@ -225,24 +288,56 @@ pub fn store_error(e: &crate::store::StoreError) -> Response {
     error_page(status, &e.to_string())
 }
 
-fn login_page(status: StatusCode, message: Option<&str>) -> Response {
+/// The login page: it explains only the way in this console has — the printed
+/// one-time link when the token was generated, the token form when it was given.
+fn login_page(app: &App, status: StatusCode, message: Option<&str>) -> Response {
     let note = message
-        .map(|m| format!("<p class=\"error\">{}</p>", html::esc(m)))
+        .map(|m| format!("<p class=\"error\" role=\"alert\">{}</p>", html::esc(m)))
         .unwrap_or_default();
+    let how = if app.links.get().is_some() {
+        "<p>Open the login link that <code>agentrun serve</code> printed in its terminal. \
+         Each link works once; the terminal shows the next one as soon as it is used.</p>"
+            .to_string()
+    } else {
+        "<p>Enter the console's access token (whoever started the console has it).</p>\
+         <form method=\"post\" action=\"/login\" class=\"login\">\
+         <p><label>Access token <input type=\"password\" name=\"token\" autocomplete=\"off\" required></label></p>\
+         <p><label>Your name <input name=\"name\" autocomplete=\"name\"></label> \
+         <span class=\"hint\">(recorded with your decisions; asked once)</span></p>\
+         <p><button type=\"submit\">Log in</button></p></form>"
+            .to_string()
+    };
     let body = format!(
-        "<h1>Log in</h1>{note}<p>Open the one-time link <code>agentrun serve</code> printed, \
-         or paste the access token (<code>AGENTRUN_SERVE_TOKEN</code>).</p>\
-         <form method=\"post\" action=\"/login\"><label>Token \
-         <input type=\"password\" name=\"token\" autocomplete=\"off\" required></label> \
-         <button type=\"submit\">Log in</button></form>"
+        "<h1>Log in</h1>{note}{how}<p class=\"hint\">You stay signed in for {} hours, or until you log out.</p>",
+        auth::SESSION_TTL.as_secs() / 3600
     );
-    (status, Html(html::page("Log in", html::Tab::None, &body))).into_response()
+    (
+        status,
+        Html(html::page("Log in", html::Tab::None, None, &body)),
+    )
+        .into_response()
 }
 
 #[derive(serde::Deserialize)]
 struct LoginForm {
     token: Option<String>,
     code: Option<String>,
+    name: Option<String>,
+}
+
+/// A refused login as a page: 401 for a wrong one, 429 while logins are paused.
+fn refused_login(app: &App, why: auth::Refused, wrong: &str) -> Response {
+    match why {
+        auth::Refused::Wrong => login_page(app, StatusCode::UNAUTHORIZED, Some(wrong)),
+        auth::Refused::Paused(left) => login_page(
+            app,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many wrong logins: try again in {} seconds.",
+                left.as_secs().max(1)
+            )),
+        ),
+    }
 }
 
 /// `/login?code=…` (a printed one-time link) logs in; a token in the address does not
@@ -250,48 +345,68 @@ struct LoginForm {
 async fn login_get(State(app): State<Arc<App>>, Query(q): Query<LoginForm>) -> Response {
     if let Some(code) = q.code {
         return match app.auth.login_code(&code) {
-            Some(id) => {
+            Ok(id) => {
                 app.print_next_link();
                 session_redirect(&id)
             }
-            None => {
+            Err(why) => {
                 // A new link only when none works: a wrong guess must not void the
                 // reviewer's link.
                 if !app.auth.code_live() {
                     app.print_next_link();
                 }
-                login_page(
-                    StatusCode::UNAUTHORIZED,
-                    Some(
-                        "This login link was used or has expired; `agentrun serve` printed a new one.",
-                    ),
+                refused_login(
+                    &app,
+                    why,
+                    "This login link was used or has expired; the console's terminal shows a new one.",
                 )
             }
         };
     }
     if q.token.is_some() {
         return login_page(
+            &app,
             StatusCode::UNAUTHORIZED,
             Some(
                 "Paste the token in the form below, not in the address (addresses are kept in history and logs).",
             ),
         );
     }
-    login_page(StatusCode::OK, None)
+    login_page(&app, StatusCode::OK, None)
 }
 
 async fn login_post(State(app): State<Arc<App>>, axum::Form(f): axum::Form<LoginForm>) -> Response {
-    login_with(&app, f.token.as_deref().unwrap_or(""))
+    match app.auth.login(f.token.as_deref().unwrap_or("")) {
+        Ok(id) => {
+            if let Some(name) = f.name.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+                app.auth.set_name(&id, name);
+            }
+            session_redirect(&id)
+        }
+        Err(why) => refused_login(&app, why, "That token is not the console's."),
+    }
 }
 
-fn login_with(app: &App, token: &str) -> Response {
-    match app.auth.login(token) {
-        Some(id) => session_redirect(&id),
-        None => login_page(
-            StatusCode::UNAUTHORIZED,
-            Some("That token is not the console's."),
-        ),
+#[derive(serde::Deserialize)]
+struct LogoutForm {
+    csrf: Option<String>,
+}
+
+/// `POST /logout`: ends the session here and in the browser.
+async fn logout(
+    State(app): State<Arc<App>>,
+    r: Reviewer,
+    axum::Form(f): axum::Form<LogoutForm>,
+) -> Response {
+    if let Some(res) = r.refuse_without_csrf(f.csrf.as_deref()) {
+        return res;
     }
+    app.auth.end(&r.0.id);
+    let mut res = Redirect::to("/login").into_response();
+    if let Ok(v) = HeaderValue::from_str(&auth::Auth::clear_cookie()) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
 }
 
 /// To the queue, with the new session's cookie.

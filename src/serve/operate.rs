@@ -5,6 +5,7 @@
 //! name is recorded as `by`. A fork is started at once, driven in this process
 //! through the one lifecycle, like a run resumed here.
 
+use super::auth::Session;
 use super::html::{csrf_field, esc};
 use super::{App, Reviewer, error_page, store_error};
 use crate::records::RunRow;
@@ -22,12 +23,25 @@ use std::time::Duration;
 /// (the cancel stands either way; the run page shows where it is).
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
 
+/// The reviewer's name in a form: asked while the session has none (the first
+/// action; `given` refills it when the form comes back with an error), said after —
+/// never asked twice in one session.
+pub fn name_field(who: &Session, prefix: &str, given: &str) -> String {
+    match &who.name {
+        Some(n) => format!("<span class=\"acting\">As {}.</span>", esc(n)),
+        None => format!(
+            "<label for=\"{prefix}-by\">Your name</label> <input id=\"{prefix}-by\" name=\"by\" value=\"{}\" required autocomplete=\"name\"> \
+             <span class=\"hint\">(asked once; recorded with what you do)</span>",
+            esc(given.trim())
+        ),
+    }
+}
+
 /// The forms that apply to `row`: Cancel and Send for a run that is not finished,
 /// Fork for any run that has a committed step.
-pub fn forms(row: &RunRow, csrf: &str) -> String {
+pub fn forms(row: &RunRow, who: &Session) -> String {
     let id = esc(row.id.as_str());
-    let csrf = csrf_field(csrf);
-    let name = "<label>Your name <input name=\"by\" required autocomplete=\"name\"></label>";
+    let csrf = csrf_field(&who.csrf);
     let mut b = String::new();
     if row.status.accepts_messages() {
         let _ = write!(
@@ -36,15 +50,17 @@ pub fn forms(row: &RunRow, csrf: &str) -> String {
              <p>The run reads it once, at its next step (a waiting run when it is resumed).</p>\
              <form method=\"post\" action=\"/runs/{id}/send\" class=\"send\">{csrf}\
              <p>{name}</p><p><label>Message<br><textarea name=\"text\" rows=\"3\" cols=\"70\" required></textarea></label></p>\
-             <p><button type=\"submit\">Send</button></p></form></section>"
+             <p><button type=\"submit\">Send</button></p></form></section>",
+            name = name_field(who, "send", ""),
         );
         let _ = write!(
             b,
             "<section class=\"operate\"><h2>Cancel</h2>\
              <p>Stops the run for good (a running run within a second); it can be forked afterwards.</p>\
              <form method=\"post\" action=\"/runs/{id}/cancel\" class=\"cancel\">{csrf}\
-             <p>{name} <label>Reason <input name=\"reason\" size=\"40\"></label></p>\
-             <p><button type=\"submit\">Cancel</button></p></form></section>"
+             <p>{name}</p><p><label>Reason (optional) <input name=\"reason\" size=\"40\"></label></p>\
+             <p><button type=\"submit\">Cancel the run</button></p></form></section>",
+            name = name_field(who, "cancel", ""),
         );
     }
     if row.steps > 0 {
@@ -82,7 +98,7 @@ pub async fn cancel(
     if let Some(res) = r.refuse_without_csrf(f.csrf.as_deref()) {
         return res;
     }
-    let Some(by) = named(&f.by) else {
+    let Some(by) = r.acting_as(&app, &f.by) else {
         return error_page(StatusCode::UNPROCESSABLE_ENTITY, "Cancel needs your name.");
     };
     let id = match app.store.find_run(&id) {
@@ -131,14 +147,14 @@ pub async fn send(
     if let Some(res) = r.refuse_without_csrf(f.csrf.as_deref()) {
         return res;
     }
-    if named(&f.by).is_none() {
+    let Some(by) = r.acting_as(&app, &f.by) else {
         return error_page(StatusCode::UNPROCESSABLE_ENTITY, "Send needs your name.");
-    }
+    };
     let id = match app.store.find_run(&id) {
         Ok(id) => id,
         Err(e) => return store_error(&e),
     };
-    match operate::send(&app.store, &id, &f.text, &f.by) {
+    match operate::send(&app.store, &id, &f.text, &by) {
         Ok(_) => to_run(&id),
         Err(e) => refused(&e),
     }
@@ -171,7 +187,7 @@ pub async fn fork(
             Err(_) => {
                 return error_page(
                     StatusCode::UNPROCESSABLE_ENTITY,
-                    &format!("At step: `{n}` is not a step number."),
+                    &format!("“At step” must be a step number; `{n}` is not one."),
                 );
             }
         },
@@ -199,11 +215,6 @@ pub async fn fork(
         );
     }
     to_run(&forked.id)
-}
-
-/// A name given in a form, trimmed; `None` when blank.
-fn named(by: &str) -> Option<String> {
-    Some(by.trim().to_string()).filter(|b| !b.is_empty())
 }
 
 fn to_run(id: &RunId) -> Response {

@@ -23,7 +23,7 @@ pub struct ListQuery {
 /// `/runs[?status=S]`.
 pub async fn list(
     State(app): State<Arc<App>>,
-    _r: Reviewer,
+    r: Reviewer,
     Query(q): Query<ListQuery>,
 ) -> Response {
     let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
@@ -50,7 +50,7 @@ pub async fn list(
     } else {
         b.push_str(&table(&app, &rows));
     }
-    Html(html::page("Runs", Tab::Runs, &b)).into_response()
+    Html(html::page("Runs", Tab::Runs, Some(&r.0), &b)).into_response()
 }
 
 fn table(app: &App, rows: &[RunRow]) -> String {
@@ -137,7 +137,7 @@ pub async fn page(State(app): State<Arc<App>>, r: Reviewer, Path(id): Path<Strin
         }
     }
     b.push_str(&resume_form(&app, &id, &r.0.csrf));
-    b.push_str(&super::operate::forms(&row, &r.0.csrf));
+    b.push_str(&super::operate::forms(&row, &r.0));
     // The script follows `data-live` with server-sent events while the run goes.
     let live = if is_live(row.status) {
         format!(" data-live=\"/runs/{}/events\"", esc(id.as_str()))
@@ -149,7 +149,7 @@ pub async fn page(State(app): State<Arc<App>>, r: Reviewer, Path(id): Path<Strin
         "<pre id=\"transcript\" class=\"transcript\"{live}>{}</pre>",
         esc(&text(&app, &id))
     );
-    Html(html::page(&format!("Run {id}"), Tab::Runs, &b)).into_response()
+    Html(html::page(&format!("Run {id}"), Tab::Runs, Some(&r.0), &b)).into_response()
 }
 
 /// Why a run cannot be resumed now, or `None` when it can.

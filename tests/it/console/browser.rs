@@ -270,7 +270,7 @@ fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_fini
         // A form stripped of its CSRF token is refused.
         b.c()
             .execute(
-                "document.querySelector('input[name=csrf]').remove()",
+                "document.querySelector('form.decide input[name=csrf]').remove()",
                 vec![],
             )
             .await
@@ -284,7 +284,14 @@ fn a_reviewer_in_a_browser_finds_the_waiting_run_approves_it_and_watches_it_fini
             .goto(&format!("{}/escalations/1", console.base))
             .await
             .expect("goto");
-        b.fill("input[name=by]", "Ana Reviewer").await;
+        // The name given with the first action is not asked again this session.
+        let asks = b
+            .c()
+            .find_all(Locator::Css("input[name=by]"))
+            .await
+            .expect("find");
+        assert!(asks.is_empty(), "the name was asked again");
+        assert!(b.body().await.contains("As Ana Reviewer."));
         b.click("button[value=approve_resume]").await;
         b.wait_text("#status", "completed").await;
         assert!(

@@ -8,22 +8,22 @@ use super::{
 use crate::common::runtime;
 use reqwest::StatusCode;
 
-struct Client {
+pub(super) struct Client {
     http: reqwest::Client,
     base: String,
-    cookie: Option<String>,
+    pub(super) cookie: Option<String>,
     rt: tokio::runtime::Runtime,
 }
 
-struct Page {
-    status: StatusCode,
-    body: String,
-    location: Option<String>,
-    headers: reqwest::header::HeaderMap,
+pub(super) struct Page {
+    pub(super) status: StatusCode,
+    pub(super) body: String,
+    pub(super) location: Option<String>,
+    pub(super) headers: reqwest::header::HeaderMap,
 }
 
 impl Client {
-    fn new(c: &Console) -> Client {
+    pub(super) fn new(c: &Console) -> Client {
         Client {
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
@@ -61,12 +61,12 @@ impl Client {
         })
     }
 
-    fn get(&mut self, path: &str) -> Page {
+    pub(super) fn get(&mut self, path: &str) -> Page {
         let req = self.http.get(format!("{}{path}", self.base));
         self.send(req)
     }
 
-    fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
+    pub(super) fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
         let enc = |v: &str| {
             percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string()
         };
@@ -82,7 +82,7 @@ impl Client {
         self.send(req)
     }
 
-    fn login(&mut self) {
+    pub(super) fn login(&mut self) {
         let p = self.post("/login", &[("token", TOKEN)]);
         assert_eq!(p.status, StatusCode::SEE_OTHER, "{}", p.body);
         let cookie = self.cookie.clone().expect("a session cookie");
@@ -91,7 +91,7 @@ impl Client {
 }
 
 /// The value of `name="…" value="…"` in a page.
-fn field(body: &str, name: &str) -> String {
+pub(super) fn field(body: &str, name: &str) -> String {
     let at = body
         .find(&format!("name=\"{name}\" value=\""))
         .unwrap_or_else(|| panic!("no field {name} in {body}"));
@@ -329,16 +329,7 @@ fn deny_needs_a_reason_and_the_model_is_told_it() {
     web.login();
     let page = web.get("/escalations/1");
     let (csrf, digest) = (field(&page.body, "csrf"), field(&page.body, "digest"));
-    let empty = web.post(
-        "/escalations/1/decide",
-        &[
-            ("csrf", &csrf),
-            ("digest", &digest),
-            ("by", "ana"),
-            ("action", "deny"),
-        ],
-    );
-    assert!(empty.body.contains("Deny needs a reason"), "{}", empty.body);
+    // A session that never gave a name is asked for one; once given, it is not.
     let nameless = web.post(
         "/escalations/1/decide",
         &[
@@ -350,21 +341,40 @@ fn deny_needs_a_reason_and_the_model_is_told_it() {
         ],
     );
     assert!(
-        nameless.body.contains("needs a reviewer name"),
+        nameless.body.contains("Your name is needed"),
         "{}",
         nameless.body
     );
-    let denied = web.post(
+    assert_eq!(open_escalations(&p).len(), 1);
+    let empty = web.post(
         "/escalations/1/decide",
         &[
             ("csrf", &csrf),
             ("digest", &digest),
             ("by", "ana"),
             ("action", "deny"),
+        ],
+    );
+    assert!(empty.body.contains("Deny needs a reason"), "{}", empty.body);
+    assert!(
+        web.get("/escalations/1").body.contains("As ana."),
+        "the name is said, not asked again"
+    );
+    let denied = web.post(
+        "/escalations/1/decide",
+        &[
+            ("csrf", &csrf),
+            ("digest", &digest),
+            ("action", "deny"),
             ("reason", "not today"),
         ],
     );
     assert_eq!(denied.status, StatusCode::SEE_OTHER);
+    let e = p
+        .run(&["escalations", "show", "1", "--json"])
+        .expect_code(0)
+        .json();
+    assert_eq!(e["resolved_by"], "ana", "recorded under the session's name");
     web.post(&format!("/runs/{id}/resume"), &[("csrf", &csrf)]);
     let show = wait_status(&p, &id, "completed");
     let result = super::super::common::tool_results(&show);

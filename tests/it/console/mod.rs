@@ -4,6 +4,8 @@
 
 mod browser;
 mod http;
+mod notify_wait;
+mod sessions;
 
 use crate::common::Project;
 use serde_json::{Value, json};
@@ -32,7 +34,14 @@ impl Console {
 
     /// With `token` as `AGENTRUN_SERVE_TOKEN`, or none (serve prints login links).
     pub fn start_with(p: &Project, token: Option<&str>) -> Console {
-        let mut cmd = p.command(&["serve", "--addr", "127.0.0.1:0"]);
+        Console::start_args(p, token, &[])
+    }
+
+    /// As [`Console::start_with`], with more arguments to `serve`.
+    pub fn start_args(p: &Project, token: Option<&str>, more: &[&str]) -> Console {
+        let mut args = vec!["serve", "--addr", "127.0.0.1:0"];
+        args.extend_from_slice(more);
+        let mut cmd = p.command(&args);
         match token {
             Some(t) => cmd.env("AGENTRUN_SERVE_TOKEN", t),
             None => cmd.env_remove("AGENTRUN_SERVE_TOKEN"),
