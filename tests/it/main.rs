@@ -37,6 +37,7 @@ mod newcomer;
 mod notify;
 mod notify_trust;
 mod operating;
+mod otel;
 mod parallel;
 mod pg;
 mod pg_pool;
