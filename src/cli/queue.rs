@@ -269,7 +269,12 @@ fn say(ctx: &Ctx, id: &RunId, report: Report) {
         Report::Stopped(o) if o.status == RunStatus::Queued => {
             "handed back to the queue (worker stopping)".to_string()
         }
-        Report::Stopped(o) => format!("{} after {} steps", o.status, o.steps),
+        Report::Stopped(o) => format!(
+            "{} after {} step{}",
+            o.status,
+            o.steps,
+            if o.steps == 1 { "" } else { "s" }
+        ),
         Report::TakenOver => {
             "was taken over by another worker; this one stopped writing to it".into()
         }

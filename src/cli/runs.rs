@@ -17,7 +17,7 @@ pub enum RunsCmd {
     ///
     /// A `running` run whose process is gone (killed with -9, a power cut) shows as
     /// `stale`; `agentrun resume ID` continues it. COST appears when a run has a
-    /// price; a narrow terminal (COLUMNS) drops TOKENS, then STEPS, before the task.
+    /// price; a narrow terminal (COLUMNS) drops TOKENS, STEPS, then AGE before the task.
     ///
     /// Examples:
     ///   agentrun runs list --status failed --status budget_exhausted --since 2d
@@ -38,7 +38,7 @@ pub enum RunsCmd {
     /// Show a run: the task, every step, tool calls with their results, and the trace.
     ///
     /// Two times: `wall time` (--json wall_ms) from creation to the last update,
-    /// waits for people included; `driven` (driven_ms; duration_ms is its old name)
+    /// waits for people included (duration_ms is the same); `driven` (driven_ms)
     /// the part a process worked on the run, which max_duration counts.
     ///
     /// Examples:
@@ -400,12 +400,15 @@ fn with_escalations(
     let spent = Spent::of(store, id);
     v["cost_usd"] = spent.cost_usd.into();
     v["max_cost"] = spent.max_cost.into();
-    // Two times, named for what they are (issue 27): `wall_ms` from creation to the
-    // last write, `driven_ms` the part a process worked on the run (what
-    // `max_duration` counts). `duration_ms` is `driven_ms` under its old name.
-    v["wall_ms"] = (row.updated_at - row.created_at).max(0).into();
+    // Two times, named for what they are: `wall_ms` from creation to the last write,
+    // `driven_ms` the part a process worked on the run (what `max_duration` counts).
+    // `duration_ms` is the run's duration as a reader takes it, the wall time: it once
+    // held the driven time, which is wrong by hours for a run that waited for a person
+    // (docs/commands.md, "Changes to the JSON output").
+    let wall_ms = (row.updated_at - row.created_at).max(0);
+    v["wall_ms"] = wall_ms.into();
     v["driven_ms"] = spent.active_ms.into();
-    v["duration_ms"] = spent.active_ms.into();
+    v["duration_ms"] = wall_ms.into();
     v["max_duration_ms"] = spent.max_duration_ms.into();
     v["last_compaction_step"] = spent.compactions.into();
     if super::start::is_structured(store, id) {

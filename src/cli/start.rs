@@ -493,6 +493,13 @@ fn stored_outcome(store: &Store, id: &RunId) -> anyhow::Result<RunOutcome> {
         cost_usd: stored_state(store, id).cost_usd,
         tokens_estimated: stored_state(store, id).usage_estimated,
         structured: is_structured(store, id),
+        stale_via: store
+            .messages(id)
+            .map(|ms| {
+                let ms: Vec<_> = ms.into_iter().map(|m| m.message).collect();
+                crate::recovery::fallback::stale_sources(&ms)
+            })
+            .unwrap_or_default(),
     })
 }
 

@@ -151,3 +151,56 @@ mod tests {
         );
     }
 }
+
+/// The fallback tools whose results, in `messages`, are marked stale
+/// (`{"result", "via", "stale": true}`), each once, in the order first seen: what an
+/// answer built on them should disclose to the person reading it.
+pub fn stale_sources(messages: &[crate::model::Message]) -> Vec<String> {
+    let mut via: Vec<String> = Vec::new();
+    let results = messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|p| match p {
+            crate::model::Part::ToolResult { content, .. } => Some(content),
+            _ => None,
+        });
+    for content in results {
+        let stale = content.get("stale").and_then(serde_json::Value::as_bool) == Some(true);
+        let hop = content.get("via").and_then(serde_json::Value::as_str);
+        if let (true, Some(hop)) = (stale, hop)
+            && !via.iter().any(|v| v == hop)
+        {
+            via.push(hop.to_string());
+        }
+    }
+    via
+}
+
+#[cfg(test)]
+mod stale_tests {
+    use super::stale_sources;
+    use crate::model::{Message, Part, Role};
+    use serde_json::json;
+
+    fn result(content: serde_json::Value) -> Message {
+        Message {
+            role: Role::Tool,
+            content: vec![Part::ToolResult {
+                call_id: "c".into(),
+                content,
+                is_error: false,
+            }],
+        }
+    }
+
+    #[test]
+    fn only_fallback_results_marked_stale_are_named_once_each() {
+        let messages = [
+            result(json!({"result": 1, "via": "kb_cache", "stale": true})),
+            result(json!({"result": 2, "via": "mirror", "stale": false})),
+            result(json!({"stale": true})),
+            result(json!({"result": 3, "via": "kb_cache", "stale": true})),
+        ];
+        assert_eq!(stale_sources(&messages), vec!["kb_cache".to_string()]);
+    }
+}

@@ -29,6 +29,14 @@ pub fn final_line(o: &RunOutcome, elapsed: Option<Duration>, s: Style) -> String
     if let Some(reason) = &o.reason {
         line.push_str(&format!(": {reason}"));
     }
+    if o.status == RunStatus::Completed && !o.stale_via.is_empty() {
+        line.push_str(&format!(
+            "\nagentrun: degraded: the answer rests on results from {} (a fallback that may \
+             be out of date); see `agentrun runs show {}`",
+            o.stale_via.join(", "),
+            o.run_id
+        ));
+    }
     if let Some(next) = next_step(o) {
         line.push_str(&format!("\nagentrun: {next}"));
     }

@@ -8,6 +8,9 @@ use crate::timefmt::age;
 
 /// The task column never gets less than this, even on a narrow terminal.
 const MIN_TASK: usize = 10;
+/// Columns that [`Column::give_way`] are left out while the task would get less than
+/// this: fewer columns than a few words ("A customer…") tell a reader nothing.
+const WANTED_TASK: usize = 24;
 /// Line width the table aims for when the terminal's is unknown (long enough for a
 /// useful task line, short enough for a split pane).
 pub const LINE: usize = 100;
@@ -24,7 +27,7 @@ pub struct TableOptions<'a> {
 }
 
 /// The table, header first, one line per run. A COST column when any run listed has a
-/// price (issue 27); on a narrow terminal TOKENS, then STEPS, give way to the task.
+/// price (issue 27); on a narrow terminal TOKENS, STEPS, then AGE give way to the task.
 pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     let (now_ms, style) = (opts.now_ms, opts.style);
     // The task's first line; a sub-agent's run says whose it is (issue 26), a fork whose
@@ -75,7 +78,7 @@ pub fn runs_table(runs: &[RunRow], opts: &TableOptions<'_>) -> String {
     if priced {
         columns.push(Column::right("COST"));
     }
-    columns.push(Column::right("AGE"));
+    columns.push(Column::right("AGE").give_way(3));
     let lines = aligned(&columns, "TASK", &rows, opts.width);
     let mut out = String::new();
     for (i, mut text) in lines.into_iter().enumerate() {
@@ -149,8 +152,8 @@ pub struct Row<'a> {
 /// Lines of a table, header first: each column as wide as its widest cell (by display
 /// width, so the header lines up with every row), two spaces between, and the last
 /// column (`last`, free text) cut to what is left of `width` columns — never below
-/// [`MIN_TASK`]; columns that [`Column::give_way`] are left out while the line would
-/// not fit otherwise. `runs list` and `escalations list` share it (issue 27).
+/// [`MIN_TASK`]; columns that [`Column::give_way`] are left out while the text would
+/// get less than [`WANTED_TASK`]. `runs list` and `escalations list` share it (issue 27).
 pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -> Vec<String> {
     let mut widths: Vec<Option<usize>> = columns
         .iter()
@@ -169,7 +172,7 @@ pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -
         .collect();
     yielding.sort_by_key(|&i| columns[i].give_way);
     for i in yielding {
-        if used(&widths) + MIN_TASK <= width {
+        if used(&widths) + WANTED_TASK <= width {
             break;
         }
         widths[i] = None;

@@ -559,7 +559,9 @@ pub fn describe_event(e: &TraceEvent) -> String {
             cost_usd,
             estimated,
         } => {
+            // A scripted model has no cache: a share of it would only be noise.
             let ratio = hit_ratio(*input, *cached_input)
+                .filter(|_| !model.starts_with("script:"))
                 .map(|r| format!(" ({r} from the cache)"))
                 .unwrap_or_default();
             let written = if *cache_write > 0 {

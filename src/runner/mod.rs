@@ -67,6 +67,9 @@ pub struct RunOutcome {
     pub cost_usd: f64,
     /// The task has an `output_schema`: `answer` is JSON text (issue 26).
     pub structured: bool,
+    /// Fallback tools whose results were marked stale: the answer rests on old data,
+    /// which the final line says (the model may not).
+    pub stale_via: Vec<String>,
 }
 
 impl RunOutcome {
@@ -919,6 +922,7 @@ impl Drive<'_> {
             reason,
             cost_usd: state.cost_usd,
             structured: self.runner.resolved.snapshot.output.is_some(),
+            stale_via: crate::recovery::fallback::stale_sources(m.messages()),
         }
     }
 }

@@ -42,7 +42,10 @@ pub enum StoreError {
     /// Another process took the run over; this process must stop writing.
     #[error("run {0} was taken over by another process; this process stopped writing to it")]
     LeaseLost(RunId),
-    #[error("run {run} has {last} committed steps; it cannot be forked at step {step}")]
+    #[error(
+        "run {run} has {last} committed step{}; it cannot be forked at step {step}",
+        if *.last == 1 { "" } else { "s" }
+    )]
     ForkPastEnd { run: RunId, step: u32, last: u32 },
     #[error(
         "run {run} was recorded before step states were kept, so only its last step ({last}) can be forked, not step {step}"
@@ -97,4 +100,23 @@ pub(crate) fn is_damage(e: &rusqlite::Error) -> bool {
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fork_past_the_end_counts_its_steps_in_words() {
+        let past = |last| StoreError::ForkPastEnd {
+            run: RunId("r".into()),
+            step: 9,
+            last,
+        };
+        assert_eq!(
+            past(1).to_string(),
+            "run r has 1 committed step; it cannot be forked at step 9"
+        );
+        assert!(past(2).to_string().contains("has 2 committed steps;"));
+    }
 }

@@ -216,3 +216,30 @@ fn github_anchors_are_computed_as_github_does() {
     );
     assert_eq!(anchor("Your own tool and model"), "your-own-tool-and-model");
 }
+
+/// Every command `agentrun --help` knows is in the reference's list (`db check` was
+/// missing from it), so a newcomer reading docs/commands.md sees all there is.
+#[test]
+fn every_command_is_in_the_reference_list() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let page = parse(&root.join("docs/commands.md"));
+    let list = page.code_blocks.first().expect("the command list");
+    let top = agentrun::cli::command();
+    for cmd in top.get_subcommands().filter(|c| c.get_name() != "help") {
+        let mut names: Vec<String> = cmd
+            .get_subcommands()
+            .filter(|c| c.get_name() != "help")
+            .map(|c| format!("agentrun {} {}", cmd.get_name(), c.get_name()))
+            .collect();
+        if names.is_empty() {
+            names.push(format!("agentrun {}", cmd.get_name()));
+        }
+        for name in names {
+            assert!(
+                list.lines()
+                    .any(|l| l == name || l.starts_with(&format!("{name} "))),
+                "docs/commands.md does not list `{name}`"
+            );
+        }
+    }
+}

@@ -201,3 +201,69 @@ fn a_cancel_without_by_or_user_names_the_os_account() {
     assert!(out.status.success(), "{out:?}");
     assert_eq!(p.show(&id)["cancelled"]["by"], account.as_str());
 }
+
+/// The quick start with its knowledge base down answers from last night's cache: the
+/// answer reads like a healthy one, so the final line says what it rests on.
+#[test]
+fn an_answer_built_on_a_stale_fallback_says_it_is_degraded() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let db = tempfile::tempdir().expect("db");
+    let run = |outage: &str| {
+        let out = Command::new(bin())
+            .args(["start", "examples/quickstart/task.md"])
+            .current_dir(root)
+            .env("AGENTRUN_DB", db.path().join("a.db"))
+            .env("KB_OUTAGE", outage)
+            .output()
+            .expect("start");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let degraded = run("1");
+    assert!(
+        degraded.contains("agentrun: degraded: the answer rests on results from kb_cache"),
+        "{degraded}"
+    );
+    let healthy = run("0");
+    assert!(!healthy.contains("degraded"), "{healthy}");
+}
+
+/// A scripted model has no prompt cache and no price: its trace shows neither.
+#[test]
+fn a_scripted_runs_trace_shows_no_cache_share() {
+    let p = Project::new();
+    p.write(
+        "tools.toml",
+        "[tools.send]\ndescription = \"send\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"-c\", \"cat >/dev/null; echo '\\\"sent\\\"'\"]\napproval = \"always\"\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "send"}], "usage": {"input": 100, "output": 5}}, {"text": "sent"}]));
+    p.task("", "Send it.");
+    p.run(&["start", "task.md"]).expect_code(3);
+    let r = p.run(&["escalations", "show", "1"]);
+    r.expect_code(0);
+    assert!(r.stdout.contains("100 tokens in, 5 out"), "{r}");
+    assert!(!r.stdout.contains("from the cache"), "{r}");
+    assert!(!r.stdout.contains("$0.0"), "{r}");
+}
+
+/// At 60 columns the task keeps enough words to tell runs apart: the numbers go first.
+#[test]
+fn a_narrow_runs_list_keeps_a_readable_task() {
+    let p = Project::new();
+    p.model_script(json!([{"text": "ok"}]));
+    p.task(
+        "tools = []",
+        "A customer asks whether order ORD-1001 can still be returned.",
+    );
+    p.run(&["start", "task.md"]).expect_code(0);
+    let out = p
+        .command(&["runs", "list"])
+        .env("COLUMNS", "60")
+        .output()
+        .expect("runs list");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text.lines().nth(1).expect("a row");
+    assert!(row.chars().count() <= 60, "{text}");
+    assert!(row.contains("A customer asks whether"), "{text}");
+}
