@@ -225,10 +225,12 @@ fn every_command_is_in_the_reference_list() {
     let page = parse(&root.join("docs/commands.md"));
     let list = page.code_blocks.first().expect("the command list");
     let top = agentrun::cli::command();
-    for cmd in top.get_subcommands().filter(|c| c.get_name() != "help") {
+    // Hidden commands are agentrun's own plumbing, not for people.
+    let shown = |c: &&clap::Command| c.get_name() != "help" && !c.is_hide_set();
+    for cmd in top.get_subcommands().filter(shown) {
         let mut names: Vec<String> = cmd
             .get_subcommands()
-            .filter(|c| c.get_name() != "help")
+            .filter(shown)
             .map(|c| format!("agentrun {} {}", cmd.get_name(), c.get_name()))
             .collect();
         if names.is_empty() {
