@@ -11,6 +11,7 @@ pub mod decide;
 pub mod digest;
 pub mod evals;
 pub mod fault;
+pub mod govern;
 pub mod hooks;
 pub mod machine;
 pub mod model;

@@ -373,6 +373,7 @@ async fn send(def: &ToolDef, body: &Value, n: &Notice) -> Result<(), String> {
         events: &events,
         mcp: None,
         hooks: None,
+        limits: None,
     };
     let run = |_: &ToolDef, _: &Value| Gate::Run;
     match crate::recovery::execute(&cfg, &prompts, &def.name, body, &ctx, &run).await {

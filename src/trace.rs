@@ -136,6 +136,8 @@ pub enum NoteKind {
     RepeatedNote,
     /// A sub-agent's child run started, resumed, ended or was reused (issue 26).
     SubAgent,
+    /// A request or call waits for a shared rate limit (docs/rate-limits.md).
+    RateLimit,
 }
 
 impl NoteKind {
@@ -148,6 +150,7 @@ impl NoteKind {
             NoteKind::Compacted => "compacted",
             NoteKind::RepeatedNote => "repeated_note",
             NoteKind::SubAgent => "sub_agent",
+            NoteKind::RateLimit => "rate_limit",
         }
     }
 

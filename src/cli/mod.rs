@@ -6,6 +6,7 @@ mod completions;
 mod db;
 mod escalations;
 mod init;
+mod limits;
 mod model_args;
 mod notify;
 mod operate;
@@ -158,6 +159,7 @@ pub enum Command {
     /// Answers a replayed tool's call from a recorded case (run by `agentrun test`).
     #[command(hide = true)]
     ReplayTool(test_cmd::ReplayToolArgs),
+    Limits(limits::LimitsArgs),
     Init(init::InitArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
@@ -449,6 +451,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<Exit> {
         Command::Db(cmd) => db::run(cli, cmd),
         Command::Test(args) => test_cmd::test(cli, args),
         Command::ReplayTool(args) => test_cmd::replay_tool(args),
+        Command::Limits(args) => limits::run(cli, args),
         Command::Init(args) => init::run(cli, args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),

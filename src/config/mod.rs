@@ -9,6 +9,8 @@
 pub mod agents;
 mod fields;
 pub mod hooks;
+mod limits;
+pub use limits::parse_rate;
 mod mcp;
 mod notify;
 pub use notify::section_of as notify_section;

@@ -86,6 +86,10 @@ pub struct RawTool {
     pub approval: Option<String>,
     pub on_unknown: Option<String>,
     pub output_cap: Option<i64>,
+    /// Calls per period shared by every run on the database: `"10/s"`, `"60/min"`.
+    pub rate: Option<String>,
+    /// Calls in flight at once, across every run on the database.
+    pub max_concurrent: Option<i64>,
 }
 
 /// `[mcp.NAME]`: an MCP server whose tools are discovered at `start` (issue 16).
@@ -119,6 +123,10 @@ pub struct RawMcp {
     pub fallback: Option<BTreeMap<String, Vec<RawFallback>>>,
     pub on_unknown: Option<String>,
     pub output_cap: Option<i64>,
+    /// Calls per period shared by every run on the database: `"10/s"`, `"60/min"`.
+    pub rate: Option<String>,
+    /// Calls in flight at once, across every run on the database.
+    pub max_concurrent: Option<i64>,
 }
 
 /// `[notify]` (issue 24): where to announce escalations and run ends.
@@ -152,10 +160,12 @@ pub struct RawFile {
     pub hooks: Section<RawHooks>,
     pub notify: Option<Section<RawNotify>>,
     pub agents: BTreeMap<String, Section<RawAgent>>,
+    /// `[models."SPEC"]`: rate limits of a model endpoint (docs/rate-limits.md).
+    pub models: BTreeMap<String, Section<RawModel>>,
 }
 
 const TOP_KEYS: &[&str] = &[
-    "defaults", "policy", "tools", "mcp", "hooks", "notify", "agents",
+    "defaults", "policy", "tools", "mcp", "hooks", "notify", "agents", "models",
 ];
 
 /// Where a problem is: a top-level section or a tool.
@@ -177,6 +187,7 @@ pub fn read_file(doc: DeTable<'_>, text: &str, sink: &mut Sink) -> RawFile {
             "tools" => read_tools(value, text, &mut file.tools, sink),
             "mcp" => read_mcp(value, text, &mut file.mcp, sink),
             "agents" => read_named(value, text, "agents", &mut file.agents, sink),
+            "models" => read_named(value, text, "models", &mut file.models, sink),
             "hooks" => file.hooks = read_section(value, text, Where::Section("hooks"), sink),
             "notify" => {
                 file.notify = Some(read_section(value, text, Where::Section("notify"), sink))
@@ -218,6 +229,20 @@ fn read_tools(
         let section = read_section(tool, text, Where::Tool(&name), sink);
         tools.insert(name, section);
     }
+}
+
+/// `[models."SPEC"]` as written: the limits of one model endpoint, shared by every
+/// run and process on the database (docs/rate-limits.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    pub rpm: Option<i64>,
+    pub tpm: Option<i64>,
+    pub max_concurrent: Option<i64>,
+    /// Models that share one budget name the same key.
+    pub limit_key: Option<String>,
+    /// The period `rpm` and `tpm` count over (a minute unless set).
+    pub window: Option<String>,
 }
 
 /// `[agents.NAME]` as written (issue 26).

@@ -51,6 +51,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         Where::Section("defaults"),
         sink,
     );
+    let limits = super::limits::resolve(&raw, sink);
     let policy = resolve_policy(raw.policy.value, sink);
     let mut tools = BTreeMap::new();
     let mut props = BTreeMap::new();
@@ -73,6 +74,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
         mcp,
         hooks,
         notify,
+        limits,
     }
 }
 

@@ -160,6 +160,7 @@ fn design_example_parses_to_the_expected_config() {
         mcp: Default::default(),
         hooks: Default::default(),
         notify: None,
+        limits: Default::default(),
     };
     assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
 }

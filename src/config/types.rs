@@ -313,6 +313,8 @@ pub struct ToolsConfig {
     pub hooks: Hooks,
     /// `[notify]`: where escalations and run ends are announced (issue 24).
     pub notify: Option<NotifyConfig>,
+    /// Rate limits shared by every run on the database (docs/rate-limits.md).
+    pub limits: crate::govern::Limits,
 }
 
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;

@@ -105,6 +105,11 @@ impl Anthropic {
         self.http.secrets()
     }
 
+    /// The endpoint and key a rate limit of this model belongs to.
+    pub(crate) fn limit_endpoint(&self) -> String {
+        self.http.limit_endpoint(&self.url)
+    }
+
     pub fn name(&self) -> String {
         format!("anthropic:{}", self.model)
     }
@@ -647,6 +652,7 @@ mod tests {
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
             output: None,
+            limits: None,
         }
     }
 

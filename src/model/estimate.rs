@@ -38,8 +38,9 @@ fn json_len(v: &Value) -> usize {
     }
 }
 
-/// The usage of `req` answered by `resp`, estimated.
-pub fn usage(req: &ModelRequest<'_>, resp: &ModelResponse) -> Usage {
+/// The input tokens of `req`, estimated: what a rate limit reserves for it before
+/// it is sent (with its output cap).
+pub fn request_tokens(req: &ModelRequest<'_>) -> u64 {
     let tools: usize = req
         .tools
         .iter()
@@ -49,8 +50,13 @@ pub fn usage(req: &ModelRequest<'_>, resp: &ModelResponse) -> Usage {
         + req.note.len()
         + tools
         + req.messages.iter().map(message_bytes).sum::<usize>();
+    approx_tokens(input)
+}
+
+/// The usage of `req` answered by `resp`, estimated.
+pub fn usage(req: &ModelRequest<'_>, resp: &ModelResponse) -> Usage {
     Usage {
-        input: approx_tokens(input),
+        input: request_tokens(req),
         output: approx_tokens(message_bytes(&resp.message)),
         estimated: true,
         ..Default::default()
@@ -90,6 +96,7 @@ mod tests {
             purpose: Purpose::Step,
             turns_left_out: 0,
             output: None,
+            limits: None,
         };
         let resp = |usage| ModelResponse {
             message: Message::text(Role::Assistant, "y".repeat(84)),

@@ -92,6 +92,16 @@ impl Provider {
         }
     }
 
+    /// The endpoint (base URL and a digest of the key) its rate limits belong to;
+    /// `None` for a script, which sends nothing anywhere.
+    pub(crate) fn limit_endpoint(&self) -> Option<String> {
+        match self {
+            Provider::Script(_) => None,
+            Provider::OpenAi(m) => Some(m.limit_endpoint()),
+            Provider::Anthropic(m) => Some(m.limit_endpoint()),
+        }
+    }
+
     /// What this provider must never show (its key, its URL's credentials).
     pub(crate) fn secrets(&self) -> Option<&crate::redact::Secrets> {
         match self {
@@ -105,7 +115,26 @@ impl Provider {
     /// Every response passes [`limits::check_response`] (issue 12 item 7), and
     /// everything the provider sent back is redacted ([`echo`]); when it reports no
     /// usage, the usage is estimated ([`estimate`]).
+    /// Under rate limits (`req.limits`), the attempt first waits its turn under its
+    /// endpoint's key and settles after (`crate::govern::model`).
     pub async fn complete(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        match req.limits {
+            Some(gate) => {
+                let attempt = || self.complete_once(req);
+                crate::govern::model::governed(
+                    gate,
+                    &self.name(),
+                    self.limit_endpoint(),
+                    req,
+                    attempt,
+                )
+                .await
+            }
+            None => self.complete_once(req).await,
+        }
+    }
+
+    async fn complete_once(&self, req: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let Some(secrets) = self.secrets() else {
             // A script's turns say their usage; none is none.
             return self.complete_raw(req).await;

@@ -145,6 +145,11 @@ impl OpenAi {
         self.http.secrets()
     }
 
+    /// The endpoint and key a rate limit of this model belongs to.
+    pub(crate) fn limit_endpoint(&self) -> String {
+        self.http.limit_endpoint(&self.url)
+    }
+
     pub fn name(&self) -> String {
         format!("openai:{}", self.model)
     }
@@ -707,6 +712,7 @@ mod tests {
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
             output: None,
+            limits: None,
         }
     }
 

@@ -305,6 +305,7 @@ mod tests {
             purpose: crate::model::Purpose::Step,
             turns_left_out: 0,
             output: None,
+            limits: None,
         }
     }
 

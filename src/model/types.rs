@@ -207,6 +207,9 @@ pub struct ModelRequest<'a> {
     /// What the final answer must be (issue 26): each provider asks for it natively
     /// where it can. `None` for free text, and for summaries.
     pub output: Option<&'a super::output::OutputSpec>,
+    /// The rate limits the request waits its turn under (docs/rate-limits.md); `None`:
+    /// it is sent at once.
+    pub limits: Option<&'a crate::govern::Gate<'a>>,
 }
 
 /// What a model request is for.

@@ -128,6 +128,9 @@ pub(crate) struct Http {
     /// (`https://user:pass@host`, [`Http::scrub_url`]): only to scrub them out of what a
     /// server might echo them into.
     secrets: crate::redact::Secrets,
+    /// A digest of the API key (never the key): which provider account a rate limit
+    /// belongs to (docs/rate-limits.md).
+    key_id: String,
 }
 
 impl Http {
@@ -151,12 +154,18 @@ impl Http {
         if let Some(key) = &key {
             secrets.add(key.expose());
         }
+        let key_id = key.as_ref().map_or_else(String::new, |k| {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(k.expose().as_bytes());
+            digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+        });
         Ok(Http {
             provider,
             vars,
             client,
             timeouts,
             secrets,
+            key_id,
         })
     }
 
@@ -170,6 +179,12 @@ impl Http {
     /// What this provider must never show: its key and URL credentials.
     pub fn secrets(&self) -> &crate::redact::Secrets {
         &self.secrets
+    }
+
+    /// Where requests go and with which key, as a rate-limit key: the URL without
+    /// credentials and a digest of the key.
+    pub fn limit_endpoint(&self, url: &Url) -> String {
+        format!("{}#{}", crate::redact::url_shown(url.as_str()), self.key_id)
     }
 
     /// One POST of `body`; a 2xx body is decoded into `T`, anything else is an error.

@@ -317,6 +317,7 @@ impl Drive<'_> {
             events: &self.events,
             mcp: None,
             hooks: None,
+            limits: None,
         }
     }
 

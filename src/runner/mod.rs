@@ -536,6 +536,7 @@ impl Drive<'_> {
 
     async fn ask(&self, m: &Machine<'_>, ask: &Ask) -> Event {
         let r = self.runner;
+        let gate = self.gate();
         let live = observe::LiveView(r.observer.as_ref());
         let context = m.messages().get(1..).unwrap_or(&[]);
         let with_note: Vec<model::Message>;
@@ -565,6 +566,7 @@ impl Drive<'_> {
                 Purpose::Step => r.resolved.snapshot.output.as_ref(),
                 Purpose::Summary => None,
             },
+            limits: gate.as_ref(),
         };
         let model = r
             .resolved
@@ -635,6 +637,20 @@ impl Drive<'_> {
         }
     }
 
+    /// The run's way in under the rate limits of its configuration, if it has any.
+    fn gate(&self) -> Option<crate::govern::Gate<'_>> {
+        let r = self.runner;
+        let limits = &r.resolved.tools.limits;
+        (!limits.is_empty()).then(|| crate::govern::Gate {
+            store: &r.store,
+            lease: &r.lease,
+            limits,
+            priority: 0,
+            clock: r.clock.as_ref(),
+            events: &self.events,
+        })
+    }
+
     /// The model list under the run's retry policy and breaker, with a heartbeat.
     async fn call_models(
         &self,
@@ -689,6 +705,7 @@ impl Drive<'_> {
         let r = self.runner;
         fault::point("after_tool_intent");
         r.observer.call_started(&call.tool, call.max_attempts);
+        let limits = self.gate();
         let key = r
             .resolved
             .snapshot
@@ -713,6 +730,7 @@ impl Drive<'_> {
             events: &self.events,
             mcp: r.resolved.mcp.as_deref(),
             hooks: Some(&gate),
+            limits: limits.as_ref(),
         };
         // The `before_tool` hooks decide first (issue 26) — on the arguments a person
         // gave, too; a fallback hop's are asked by the chain (docs/security.md, Hooks).

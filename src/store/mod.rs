@@ -47,6 +47,7 @@ mod error;
 mod fork;
 mod input;
 mod lease;
+mod limits;
 mod outbox;
 mod pg;
 mod plan;
@@ -67,6 +68,7 @@ pub use error::{Result, StoreError};
 pub use fork::{ForkRun, Forked, not_started_reason};
 pub use input::{NewEscalation, NewRun, StepCommit};
 pub use lease::{LEASE_TTL_MS, Lease};
+pub use limits::{HoldWrite, LimitHold, LimitRow, LimitView, LimitWrite};
 pub use outbox::{Delivery, Notice, ends_run};
 pub use pg::{DEFAULT_POOL_SIZE, PoolStatus, pool_size, set_pool_size};
 
@@ -124,6 +126,29 @@ pub fn is_postgres_url(db: &str) -> bool {
 }
 
 impl Store {
+    /// One transaction on rate-limit key `key` (`store/limits.rs`): its dead holds
+    /// go, `f` sees its state and live holds with the store's clock, and what `f`
+    /// answers is written.
+    pub async fn limit_step<T, F>(&self, key: &str, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(LimitView) -> (LimitWrite, T) + Send + 'static,
+    {
+        match self {
+            Store::Sqlite(s) => s.limit_step(key, f).await,
+            Store::Postgres(s) => s.limit_step(key, f).await,
+        }
+    }
+
+    /// When a rate-limit hold may go (`None`: it is gone; `Some(None)`: still
+    /// waiting its turn), with the store's clock.
+    pub async fn limit_hold_start(&self, id: &str) -> Result<(Option<Option<i64>>, i64)> {
+        match self {
+            Store::Sqlite(s) => s.limit_hold_start(id).await,
+            Store::Postgres(s) => s.limit_hold_start(id).await,
+        }
+    }
+
     /// Opens (creating when `create` is set) the database `db` names and migrates it:
     /// a `postgres://` or `postgresql://` URL selects PostgreSQL, anything else is an
     /// SQLite file path. A file that is not SQLite is reported and never written to.
@@ -318,6 +343,10 @@ delegate! {
     fn undelivered_messages(&self, run: &RunId) -> Result<Vec<SentMessage>>;
     /// Appends sent messages to the transcript after `step` and marks them delivered.
     fn deliver_messages(&self, lease: &Lease, step: u32, messages: &[(i64, Message)]) -> Result<()>;
+    /// Every rate-limit key with its live holds, and the store's clock (`agentrun limits`).
+    fn limit_rows(&self) -> Result<(Vec<LimitRow>, i64)>;
+    /// What a run waits for under rate limits now: each key's label and waiting hold.
+    fn limit_waits_of(&self, run: &RunId) -> Result<Vec<(String, LimitHold)>>;
     /// Replaces a held run's config snapshot and scripts (`resume --model`).
     fn replace_snapshot(
         &self,

@@ -36,12 +36,32 @@ pub struct CallContext<'a> {
     /// The call's `before_tool` hooks, for the fallback hops the chain reaches
     /// (`None`: the caller has none, as a notification's delivery).
     pub hooks: Option<&'a dyn crate::recovery::ToolHooks>,
+    /// The rate limits each attempt waits its turn under (docs/rate-limits.md).
+    pub limits: Option<&'a crate::govern::Gate<'a>>,
 }
 
 /// Runs one attempt, bounded by the tool's per-attempt timeout.
 /// A result nested deeper than [`crate::model::limits::MAX_DEPTH`] becomes a
 /// `tool_bug`: stored, it could never be read back (issue 12 item 7).
+///
+/// Under a `rate` or `max_concurrent` of the tool (or its MCP server) the attempt
+/// first waits its turn, shared with every run on the database, and holds its slot
+/// until it ends; the wait is not part of the attempt's timeout.
 pub async fn attempt(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> AttemptResult {
+    let gate = ctx.limits.and_then(|g| Some((g, g.tool_key(def)?)));
+    let ticket = match &gate {
+        // The store out of reach: the call goes ungoverned.
+        Some((g, key)) => g.enter(key, 0, None).await.ok(),
+        None => None,
+    };
+    let result = attempt_once(def, args, ctx).await;
+    if let (Some((g, _)), Some(ticket)) = (gate, ticket) {
+        g.settle(ticket, Some(0), None).await;
+    }
+    result
+}
+
+async fn attempt_once(def: &ToolDef, args: &Value, ctx: &CallContext<'_>) -> AttemptResult {
     let result = match &def.kind {
         ToolKind::Command(spec) => command::run(spec, def, args, ctx).await,
         ToolKind::Http(spec) => http::run(spec, def, args, ctx).await,

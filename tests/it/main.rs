@@ -47,6 +47,7 @@ mod prompt_cache;
 mod providers;
 mod providers_e2e;
 mod queue;
+mod rate_limits;
 mod reading_runs;
 mod recovery_e2e;
 mod redaction;

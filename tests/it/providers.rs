@@ -191,6 +191,7 @@ fn request<'a>(
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
         output: None,
+        limits: None,
     }
 }
 

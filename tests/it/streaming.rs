@@ -100,6 +100,7 @@ async fn ask(p: &Provider, live: &Seen) -> Result<ModelResponse, ModelError> {
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
         output: None,
+        limits: None,
     })
     .await
 }
@@ -314,6 +315,7 @@ async fn settings_reach_the_wire_for_both_apis() {
                 purpose: agentrun::model::Purpose::Step,
                 turns_left_out: 0,
                 output: None,
+                limits: None,
             })
             .await;
         let sent: Value = server.received_requests().await.unwrap()[0]
@@ -466,6 +468,7 @@ async fn a_stream_cut_mid_token_is_transient_and_the_retry_answers_whole() {
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
         output: None,
+        limits: None,
     };
     let policy = ModelRetryPolicy {
         attempts: 3,
@@ -615,6 +618,7 @@ async fn the_retry_schedule_rides_out_a_server_restart() {
         purpose: agentrun::model::Purpose::Step,
         turns_left_out: 0,
         output: None,
+        limits: None,
     };
     let r = retry::complete_with(
         &models,

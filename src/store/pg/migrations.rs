@@ -178,4 +178,28 @@ pub(super) const MIGRATIONS: &[&str] = &[
     UPDATE runs r SET cost_usd = COALESCE((c.state::jsonb ->> 'cost_usd')::float8, 0)
         FROM checkpoints c WHERE c.run_id = r.id;
     "#,
+    // 9: rate limits shared by every run and process (as SQLite's migration 12).
+    r#"
+    CREATE TABLE limit_keys (
+        key        TEXT PRIMARY KEY,
+        label      TEXT NOT NULL,
+        config     TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        updated_at BIGINT NOT NULL
+    );
+    CREATE TABLE limit_holds (
+        id          TEXT PRIMARY KEY,
+        key         TEXT NOT NULL,
+        run_id      TEXT NOT NULL,
+        lease_token BIGINT NOT NULL,
+        priority    BIGINT NOT NULL,
+        tokens      BIGINT NOT NULL,
+        cost        DOUBLE PRECISION NOT NULL,
+        start_at    BIGINT,
+        created_at  BIGINT NOT NULL,
+        waiting_for TEXT
+    );
+    CREATE INDEX limit_holds_by_key ON limit_holds (key);
+    CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    "#,
 ];

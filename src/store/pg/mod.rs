@@ -57,6 +57,7 @@ mod conn;
 mod conninfo;
 mod escalations;
 mod journal;
+mod limits;
 mod migrations;
 mod operate;
 mod outbox;

@@ -204,6 +204,34 @@ pub(super) const MIGRATIONS: &[&str] = &[
         ((CASE WHEN lease_pid IS NULL THEN 0 ELSE coalesce(lease_heartbeat, 0) END))
         WHERE queue = 1 AND status = 'running';
     "#,
+    // 12: rate limits shared by every run and process on the database (docs/rate-limits.md):
+    // one row per limit key (its last configuration and its schedule, JSON), and one row
+    // per request or call that waits for, or holds, a place under a key. A hold counts
+    // only while the lease it names is live, so a killed holder's places come free with
+    // its lease.
+    r#"
+    CREATE TABLE limit_keys (
+        key        TEXT PRIMARY KEY,
+        label      TEXT NOT NULL,
+        config     TEXT NOT NULL,
+        state      TEXT NOT NULL,
+        updated_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE limit_holds (
+        id          TEXT PRIMARY KEY,
+        key         TEXT NOT NULL,
+        run_id      TEXT NOT NULL,
+        lease_token INTEGER NOT NULL,
+        priority    INTEGER NOT NULL,
+        tokens      INTEGER NOT NULL,
+        cost        REAL NOT NULL,
+        start_at    INTEGER,
+        created_at  INTEGER NOT NULL,
+        waiting_for TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX limit_holds_by_key ON limit_holds (key);
+    CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    "#,
 ];
 
 #[cfg(test)]

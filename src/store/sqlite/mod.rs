@@ -41,6 +41,7 @@ mod escalations;
 mod fork;
 mod group;
 mod journal;
+mod limits;
 mod migrations;
 mod outbox;
 mod plan;

@@ -156,6 +156,7 @@ impl Harness {
             events: &self.events,
             mcp: None,
             hooks: None,
+            limits: None,
         }
     }
 
