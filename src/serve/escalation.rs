@@ -23,31 +23,42 @@ fn now() -> i64 {
     crate::clock::Clock::now_ms(&crate::clock::SystemClock)
 }
 
-/// `/`: open escalations first (oldest waiting first), then the last decisions.
+/// `/`: open escalations first (oldest waiting first), then the last decisions;
+/// followed live, so a new or decided escalation shows without a reload.
 pub async fn queue(State(app): State<Arc<App>>, r: Reviewer) -> Response {
-    let rows = match app.store.list_escalations(true) {
-        Ok(rows) => rows,
+    let tables = match queue_body(&app) {
+        Ok(t) => t,
         Err(e) => return store_error(&e),
     };
+    let body = format!(
+        "<h1>Queue</h1><div id=\"queue\" data-queue=\"/events/queue\" aria-live=\"polite\">{tables}</div>"
+    );
+    Html(html::page("Queue", Tab::Queue, Some(&r.0), &body)).into_response()
+}
+
+/// The queue's tables (the same for every reviewer: no forms).
+pub fn queue_body(app: &App) -> Result<String, crate::store::StoreError> {
+    let rows = app.store.list_escalations(true)?;
     let (mut open, done): (Vec<_>, Vec<_>) = rows.into_iter().partition(|e| e.open);
-    open.reverse();
+    open.sort_by_key(|e| (e.created_at, e.id.0));
     let now = now();
-    let mut body = String::from("<h1>Queue</h1>");
-    if open.is_empty() {
-        body.push_str("<p class=\"empty\">Nothing waits for a person.</p>");
-    } else {
+    let mut body = String::new();
+    if let Some(oldest) = open.first() {
         let _ = write!(
             body,
-            "<p>{} waiting for a decision.</p>{}",
-            open.len(),
-            table(&open, now)
+            "<p class=\"summary\">{n} waiting for a decision; the oldest has waited {age}.</p>{t}",
+            n = open.len(),
+            age = esc(&age(now, oldest.created_at)),
+            t = table(&open, now)
         );
+    } else {
+        body.push_str("<p class=\"empty\">Nothing waits for a person.</p>");
     }
     if !done.is_empty() {
         let recent: Vec<_> = done.into_iter().take(RECENTLY_RESOLVED).collect();
         let _ = write!(body, "<h2>Recently decided</h2>{}", table(&recent, now));
     }
-    Html(html::page("Queue", Tab::Queue, Some(&r.0), &body)).into_response()
+    Ok(body)
 }
 
 fn table(rows: &[EscalationRow], now: i64) -> String {

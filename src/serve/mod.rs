@@ -5,10 +5,11 @@
 //! a live run through server-sent events) are embedded in the binary, so the console
 //! works offline and behind a firewall. Forms work without JavaScript.
 //!
-//! Routes: `/` the queue (open escalations first), `/escalations/{id}` one handover
-//! with the decision form, `/runs` the runs list, `/runs/{id}` one run (live while it
-//! goes), `/runs/{id}/events` its server-sent events, `/runs/{id}/cancel|send|fork`
-//! the operator's controls ([`operate`]), `/login`, `/assets/*`.
+//! Routes: `/` the queue (open escalations first, live: `/events/queue`),
+//! `/escalations/{id}` one handover with the decision form, `/runs` the runs list,
+//! `/runs/{id}` one run (followed live until it is final), `/runs/{id}/events` its
+//! server-sent events, `/runs/{id}/cancel|send|fork`
+//! the operator's controls ([`operate`]), `/login`, `/logout`, `/assets/*`.
 //! Decisions go through [`crate::decide`], exactly as `agentrun escalations resolve`:
 //! the same checks, the same binding to the call's digest, the same records.
 //!
@@ -159,6 +160,7 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         .route("/runs", get(runs::list))
         .route("/runs/{id}", get(runs::page))
         .route("/runs/{id}/events", get(live::events))
+        .route("/events/queue", get(live::queue_events))
         .route("/runs/{id}/resume", post(runs::resume))
         .route("/runs/{id}/cancel", post(operate::cancel))
         .route("/runs/{id}/send", post(operate::send))

@@ -103,54 +103,146 @@ pub fn text(app: &App, id: &RunId) -> String {
         .unwrap_or_else(|e| format!("cannot render the run: {e:#}"))
 }
 
-/// Whether a run with this status can change without a person (so the page follows it).
-pub fn is_live(status: RunStatus) -> bool {
-    matches!(status, RunStatus::Running | RunStatus::Queued)
+/// Whether a run with this status is done for good: nothing will change it (a
+/// waiting, failed or interrupted run can still be resumed, by anyone).
+pub fn is_final(status: RunStatus) -> bool {
+    !status.accepts_messages()
 }
 
-/// `/runs/{id}`: the transcript and trace as `runs show` gives them, followed live.
+/// What a run page shows besides the transcript, read once per change of the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunView {
+    pub row: RunRow,
+    /// The open escalations: (id, kind, summary).
+    pub waiting: Vec<(i64, String, String)>,
+    /// Whether the run waits for nothing but a push (Resume applies).
+    pub resumable: bool,
+}
+
+/// Reads a run's [`RunView`]: its row and its escalations.
+pub fn view(app: &App, id: &RunId) -> Result<RunView, crate::store::StoreError> {
+    let row = app.store.run(id)?;
+    let escalations = app.store.escalations_for_run(id)?;
+    let resumable = matches!(
+        row.status,
+        RunStatus::AwaitingApproval | RunStatus::Escalated | RunStatus::Interrupted
+    ) && !escalations.iter().any(|e| e.open && e.kind.pauses());
+    let waiting = escalations
+        .iter()
+        .filter(|e| e.open)
+        .map(|e| (e.id.0, e.kind.as_str().to_string(), e.summary.clone()))
+        .collect();
+    Ok(RunView {
+        row,
+        waiting,
+        resumable,
+    })
+}
+
+/// What can be done to the run now, for this reviewer: what it waits for, Resume,
+/// Send, Cancel, Fork. Sent again whenever the run changes, so the controls follow
+/// its status without a reload.
+pub fn controls(v: &RunView, who: &super::auth::Session) -> String {
+    let mut b = String::new();
+    for (n, kind, summary) in &v.waiting {
+        let _ = write!(
+            b,
+            "<p class=\"waiting\">Waiting for <a href=\"/escalations/{n}\">escalation {n}</a> ({k}): {s}</p>",
+            k = esc(kind),
+            s = esc(summary)
+        );
+    }
+    if v.resumable {
+        let _ = write!(
+            b,
+            "<form method=\"post\" action=\"/runs/{id}/resume\" class=\"resume\">{}\
+             <button type=\"submit\">Resume</button></form>",
+            csrf_field(&who.csrf),
+            id = esc(v.row.id.as_str())
+        );
+    }
+    b.push_str(&super::operate::forms(&v.row, who));
+    b
+}
+
+/// `/runs/{id}`: the run's links, its controls and its transcript, all followed live
+/// whatever the status (a waiting run can be resumed by anyone, anywhere).
 pub async fn page(State(app): State<Arc<App>>, r: Reviewer, Path(id): Path<String>) -> Response {
     let id = match app.store.find_run(&id) {
         Ok(id) => id,
         Err(e) => return store_error(&e),
     };
-    let row = match app.store.run(&id) {
-        Ok(row) => row,
+    let v = match view(&app, &id) {
+        Ok(v) => v,
         Err(e) => return store_error(&e),
     };
     let mut b = String::new();
     let _ = write!(
         b,
-        "<h1>Run {id}</h1><p>Status: <strong id=\"status\" class=\"status\">{st}</strong></p>",
+        "<h1>Run {id}</h1><p>Status: <strong id=\"status\" class=\"status\">{st}</strong></p>{links}",
         id = esc(id.as_str()),
-        st = row.status.as_str(),
+        st = v.row.status.as_str(),
+        links = links(&app, &v.row),
     );
-    if let Ok(open) = app.store.escalations_for_run(&id) {
-        for e in open.iter().filter(|e| e.open) {
-            let _ = write!(
-                b,
-                "<p class=\"waiting\">Waiting for <a href=\"/escalations/{n}\">escalation {n}</a> ({k}): {s}</p>",
-                n = e.id,
-                k = esc(e.kind.as_str()),
-                s = esc(&e.summary)
-            );
-        }
-    }
-    b.push_str(&resume_form(&app, &id, &r.0.csrf));
-    b.push_str(&super::operate::forms(&row, &r.0));
-    // The script follows `data-live` with server-sent events while the run goes.
-    let live = if is_live(row.status) {
-        format!(" data-live=\"/runs/{}/events\"", esc(id.as_str()))
-    } else {
+    // The script follows `data-live` with server-sent events until the run is final.
+    let live = if is_final(v.row.status) {
         String::new()
+    } else {
+        format!(" data-live=\"/runs/{}/events\"", esc(id.as_str()))
     };
     let _ = write!(
         b,
-        "<pre id=\"transcript\" class=\"transcript\"{live}>{}</pre>",
+        "<div id=\"run\"{live}><div id=\"controls\">{}</div>\
+         <h2>Transcript</h2><pre id=\"transcript\" class=\"transcript\">{}</pre></div>",
+        controls(&v, &r.0),
         esc(&text(&app, &id))
     );
     Html(html::page(&format!("Run {id}"), Tab::Runs, Some(&r.0), &b)).into_response()
 }
+
+/// Where the run comes from and what came of it: its parent (it is a sub-agent), the
+/// run it was forked from, its children, its forks.
+fn links(app: &App, row: &RunRow) -> String {
+    let a = |id: &RunId| format!("<a href=\"/runs/{id}\">{id}</a>", id = esc(id.as_str()));
+    let mut items = Vec::new();
+    if let Some(p) = &row.parent {
+        items.push(format!("Sub-agent of run {}", a(&p.run)));
+    }
+    if let Some(f) = &row.fork {
+        items.push(format!("Forked from run {} at step {}", a(&f.run), f.step));
+    }
+    let children = app.store.children(&row.id).unwrap_or_default();
+    if !children.is_empty() {
+        let list: Vec<String> = children.iter().map(|c| a(&c.id)).collect();
+        items.push(format!("Sub-agents: {}", list.join(", ")));
+    }
+    let forks = forks_of(app, &row.id);
+    if !forks.is_empty() {
+        let list: Vec<String> = forks
+            .iter()
+            .map(|(id, step)| format!("{} (at step {step})", a(id)))
+            .collect();
+        items.push(format!("Forks: {}", list.join(", ")));
+    }
+    if items.is_empty() {
+        return String::new();
+    }
+    let lis: String = items.iter().map(|i| format!("<li>{i}</li>")).collect();
+    format!("<ul class=\"links\" aria-label=\"Related runs\">{lis}</ul>")
+}
+
+/// The runs forked from `id`, with the step each was forked at.
+fn forks_of(app: &App, id: &RunId) -> Vec<(RunId, u32)> {
+    app.store
+        .recent_runs(None, Some(FORK_SCAN))
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|r| r.fork.filter(|f| f.run == *id).map(|f| (r.id, f.step)))
+        .collect()
+}
+
+/// How many recent runs are looked through for a run's forks.
+const FORK_SCAN: u32 = 1000;
 
 /// Why a run cannot be resumed now, or `None` when it can.
 fn not_resumable(app: &App, id: &RunId) -> Option<String> {

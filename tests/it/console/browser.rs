@@ -395,3 +395,78 @@ fn save_screenshot(png: &[u8]) {
         std::fs::write(&path, png).expect("write screenshot");
     }
 }
+
+/// A waiting run's page, left open, follows the run that another reviewer approves
+/// elsewhere: it reaches "completed" with the answer, and its Send and Cancel go,
+/// without a reload. An open queue page shows a new escalation as it is filed.
+#[test]
+fn an_open_run_page_and_queue_page_follow_what_happens_elsewhere_without_a_reload() {
+    runtime().block_on(async {
+        let Some(b) = Browser::start().await else {
+            return;
+        };
+        let (p, id) = paused_for_approval();
+        let console = Console::start(&p);
+        b.log_in(&console.base).await;
+        b.c()
+            .goto(&format!("{}/runs/{id}", console.base))
+            .await
+            .expect("goto");
+        b.wait_text("#status", "awaiting_approval").await;
+        assert!(b.c().find(Locator::Css("form.send")).await.is_ok());
+        // A mark on the page: a reload would lose it.
+        b.c()
+            .execute("document.body.setAttribute('data-mark', 'kept')", vec![])
+            .await
+            .expect("mark");
+
+        // In another tab, the reviewer approves and resumes; then back to the first.
+        let first = b.c().window().await.expect("window");
+        let tab = b.c().new_window(true).await.expect("new tab");
+        b.c().switch_to_window(tab.handle).await.expect("switch");
+        b.c()
+            .goto(&format!("{}/escalations/1", console.base))
+            .await
+            .expect("goto");
+        b.fill("input[name=by]", "Bo").await;
+        b.click("button[value=approve_resume]").await;
+        wait_status(&p, &id, "completed");
+        b.c().switch_to_window(first).await.expect("switch back");
+        b.wait_text("#status", "completed").await;
+        b.wait_body("The email was sent.").await;
+        let mark = b
+            .c()
+            .execute("return document.body.getAttribute('data-mark')", vec![])
+            .await
+            .expect("mark");
+        assert_eq!(mark, "kept", "the page was not reloaded");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while b
+            .c()
+            .find(Locator::Css("form.send, form.cancel"))
+            .await
+            .is_ok()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "Send and Cancel stayed on a completed run"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            b.c().find(Locator::Css("form.fork")).await.is_ok(),
+            "Fork stays"
+        );
+
+        // The queue page, open while a new run asks for approval.
+        b.c()
+            .goto(&format!("{}/", console.base))
+            .await
+            .expect("goto");
+        b.wait_body("Nothing waits for a person").await;
+        p.run(&["start", "task.md"]).expect_code(3);
+        b.text_of("a[href='/escalations/2']").await;
+        b.wait_body("1 waiting for a decision").await;
+        b.close().await;
+    });
+}
