@@ -140,22 +140,23 @@ pub fn decide(
     if let Resolution::Modify { args } = resolution {
         check_modified_args(store, &e, args)?;
     }
-    let resolution = redacted(store, &e, resolution)?;
-    store.resolve_escalation(e.id, &resolution, by.trim())?;
+    let (resolution, by) = redacted(store, &e, resolution, by.trim())?;
+    store.resolve_escalation(e.id, &resolution, &by)?;
     Ok(e)
 }
 
-/// The person's text in `resolution` with the secrets the run's config knows
-/// replaced, as everything else stored for the run is (DESIGN §5).
+/// The person's text in `resolution`, and their name, with the secrets the run's
+/// config knows replaced, as everything else stored for the run is (DESIGN §5).
 fn redacted(
     store: &Store,
     e: &EscalationRow,
     resolution: &Resolution,
-) -> Result<Resolution, DecideError> {
+    by: &str,
+) -> Result<(Resolution, String), DecideError> {
     let snapshot = crate::runner::worker::stored_snapshot(store, &e.run_id)
         .map_err(|err| DecideError::Snapshot(err.to_string()))?;
     let secrets = crate::runner::secrets::known(&snapshot);
-    Ok(match resolution {
+    let resolution = match resolution {
         Resolution::Approve => Resolution::Approve,
         Resolution::Deny { reason } => Resolution::Deny {
             reason: secrets.text(reason),
@@ -168,7 +169,8 @@ fn redacted(
             secrets.json(&mut args);
             Resolution::Modify { args }
         }
-    })
+    };
+    Ok((resolution, secrets.text(by)))
 }
 
 /// Modified arguments must fit the tool's schema, as the run's snapshot defines it.

@@ -74,15 +74,21 @@ pub enum RunsCmd {
         as_test: Option<std::path::PathBuf>,
     },
     /// Remove runs and everything stored for them (transcript, journal, trace,
-    /// escalations). A run that is live in another process is refused.
+    /// escalations). A run that is live in another process is refused. A run that
+    /// started sub-agents is refused unless --with-children removes them with it
+    /// (they hold the task text it handed them).
     ///
     /// Example:
     ///   agentrun runs rm 3f9a 71c0
+    ///   agentrun runs rm 3f9a --with-children
     #[command(verbatim_doc_comment)]
     Rm {
         /// Run ids, or unique prefixes.
         #[arg(value_name = "RUN_ID", required = true)]
         run_ids: Vec<String>,
+        /// Also remove the runs' sub-agent runs, and theirs.
+        #[arg(long)]
+        with_children: bool,
     },
     /// Cancel runs, from any process sharing the database.
     ///
@@ -202,7 +208,10 @@ pub fn run(cli: &Cli, cmd: &RunsCmd) -> anyhow::Result<Exit> {
         }
         RunsCmd::Fork(args) => super::operate::fork(cli, args),
         RunsCmd::Send(args) => super::operate::send(cli, args),
-        RunsCmd::Rm { run_ids } => rm(cli, &open_store(&db, false)?, run_ids),
+        RunsCmd::Rm {
+            run_ids,
+            with_children,
+        } => rm(cli, &open_store(&db, false)?, run_ids, *with_children),
         RunsCmd::Prune {
             older_than,
             dry_run,
@@ -799,12 +808,31 @@ fn held(r: &RunRow) -> Option<String> {
     })
 }
 
-fn rm(cli: &Cli, store: &Store, prefixes: &[String]) -> anyhow::Result<Exit> {
+fn rm(cli: &Cli, store: &Store, prefixes: &[String], with_children: bool) -> anyhow::Result<Exit> {
     // Resolve every id first: a typo in the third removes nothing.
-    let ids = prefixes
+    let named = prefixes
         .iter()
         .map(|p| find_run(store, p))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut ids = Vec::new();
+    for id in &named {
+        let below = descendants(store, id)?;
+        if !below.is_empty() && !with_children {
+            return Err(BadInput(format!(
+                "run {id} started {} sub-agent run{} (with theirs), which hold the task it \
+                 handed them; remove them with it: agentrun runs rm {id} --with-children",
+                below.len(),
+                if below.len() == 1 { "" } else { "s" }
+            ))
+            .into());
+        }
+        // Children first: no moment leaves a child whose parent is gone.
+        for d in below.into_iter().chain([id.clone()]) {
+            if !ids.contains(&d) {
+                ids.push(d);
+            }
+        }
+    }
     for id in &ids {
         if let Some(why) = held(&store.run(id)?) {
             return Err(BadInput(why).into());
@@ -824,6 +852,16 @@ fn rm(cli: &Cli, store: &Store, prefixes: &[String]) -> anyhow::Result<Exit> {
         output::print_json(&serde_json::json!({ "removed": removed }))?;
     }
     Ok(Exit::Completed)
+}
+
+/// Every sub-agent run below `id`, deepest first.
+fn descendants(store: &Store, id: &RunId) -> anyhow::Result<Vec<RunId>> {
+    let mut out = Vec::new();
+    for child in store.children(id)? {
+        out.extend(descendants(store, &child.id)?);
+        out.push(child.id);
+    }
+    Ok(out)
 }
 
 fn prune(
@@ -849,7 +887,24 @@ fn prune(
         } else if held(&r).is_some() {
             kept_running += 1;
         } else {
-            remove.push(r.id);
+            // A parent goes with its sub-agent runs (they hold the task it handed
+            // them), or stays while one of them is still in use.
+            let below = descendants(store, &r.id)?;
+            let busy = below.iter().try_fold(false, |busy, d| {
+                anyhow::Ok(busy || held(&store.run(d)?).is_some())
+            })?;
+            if busy {
+                kept_running += 1;
+                continue;
+            }
+            for d in below {
+                if !remove.contains(&d) {
+                    remove.push(d);
+                }
+            }
+            if !remove.contains(&r.id) {
+                remove.push(r.id);
+            }
         }
     }
     if !dry_run {

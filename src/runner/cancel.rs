@@ -46,6 +46,16 @@ pub fn cancel(
     who: &CancelBy<'_>,
     wait: Duration,
 ) -> Result<Cancelled, StoreError> {
+    // A name or reason is stored and shown like a person's message: a secret the
+    // run's config knows is `[redacted]` in it (docs/security.md, Operators' text).
+    let secrets = super::worker::stored_snapshot(store, id)
+        .map(|s| super::secrets::known(&s))
+        .unwrap_or_default();
+    let (by, reason) = (secrets.text(who.by), who.reason.map(|r| secrets.text(r)));
+    let who = &CancelBy {
+        by: &by,
+        reason: reason.as_deref(),
+    };
     let first = store.cancel_run(id, who.by, who.reason)?;
     // Its sub-agents' runs stop with it (issue 26), after it: a holder that drops a
     // child mid-call finds the parent's request and cancels the child itself.

@@ -126,8 +126,10 @@ pub fn send(store: &Store, run: &RunId, text: &str, by: &str) -> Result<SentMess
     if by.is_empty() {
         return Err(OperateError::NoSender);
     }
-    let text = super::secrets::known(&stored_snapshot(store, run)?).text(text);
-    let sent = store.send_message(run, &text, by)?;
+    let secrets = super::secrets::known(&stored_snapshot(store, run)?);
+    // The sender's name is stored and shown like the text (docs/security.md).
+    let (text, by) = (secrets.text(text), secrets.text(by));
+    let sent = store.send_message(run, &text, &by)?;
     fault::point("after_send");
     Ok(sent)
 }

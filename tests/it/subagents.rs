@@ -565,3 +565,39 @@ fn agents_in_tools_toml_are_checked_like_the_rest_of_it() {
     assert!(start.stderr.contains("nope.json"), "{start}");
     assert!(!p.db().exists(), "nothing written");
 }
+
+/// `runs rm` of a parent refuses to leave its sub-agent runs (and the task text it
+/// handed them) behind: it says how many and removes them with `--with-children`;
+/// `runs prune` removes a parent together with its children.
+#[test]
+fn removing_a_parent_removes_its_children_or_refuses_saying_how_many() {
+    let p = project("", "", &["first?", "second?"], simple_agent());
+    let (run, _) = p.start(&[]);
+    run.expect_code(0);
+    let parent = run.json()["run_id"].as_str().unwrap().to_string();
+    assert_eq!(children_of(&p, &parent).len(), 2);
+    let refused = p.run(&["runs", "rm", &parent]);
+    refused.expect_code(2);
+    assert!(
+        refused
+            .stderr
+            .contains(&format!("run {parent} started 2 sub-agent runs")),
+        "{refused}"
+    );
+    assert!(refused.stderr.contains("--with-children"), "{refused}");
+    assert_eq!(runs(&p).len(), 3, "nothing was removed");
+    p.run(&["runs", "rm", &parent, "--with-children"])
+        .expect_code(0);
+    assert_eq!(runs(&p), Vec::<Value>::new());
+    assert!(
+        !p.db_bytes().windows(7).any(|w| w == b"second?"),
+        "a child's task text is left in the database"
+    );
+
+    let p = project("", "", &["third?"], simple_agent());
+    p.start(&[]).0.expect_code(0);
+    assert_eq!(runs(&p).len(), 2);
+    p.run(&["runs", "prune", "--older-than", "0s"])
+        .expect_code(0);
+    assert_eq!(runs(&p), Vec::<Value>::new());
+}

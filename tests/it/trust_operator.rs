@@ -63,3 +63,43 @@ fn a_secret_in_a_sent_message_or_a_resolution_is_stored_redacted() {
         "the token is in the database file"
     );
 }
+
+/// A name or a reason is stored like a message: `runs send --by`, `escalations resolve
+/// --by` and `runs cancel --by/--reason` holding a secret the run knows are redacted
+/// (the console calls the same functions with its reviewer's name).
+#[test]
+fn a_secret_in_a_name_or_a_cancel_reason_is_stored_redacted() {
+    let p = Project::new();
+    p.write("tools.toml", TOOLS);
+    p.model_script(json!([
+        {"tool_calls": [{"name": "deploy", "args": {}}]},
+        {"tool_calls": [{"name": "deploy", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("max_steps = 5", "Deploy.");
+    let env = [("DEPLOY_TOKEN", TOKEN)];
+    let v = p.run_env(&["start", "task.md", "--json"], &env).json();
+    let run = v["run_id"].as_str().expect("run_id").to_string();
+    let esc = v["escalation_id"].as_str().expect("escalation").to_string();
+    let name = format!("alice {TOKEN}");
+    p.run_env(&["runs", "send", &run, "hello", "--by", &name], &env)
+        .expect_code(0);
+    p.run_env(
+        &["escalations", "resolve", &esc, "--approve", "--by", &name],
+        &env,
+    )
+    .expect_code(0);
+    let reason = format!("rotating {TOKEN}");
+    p.run_env(
+        &["runs", "cancel", &run, "--by", &name, "--reason", &reason],
+        &env,
+    )
+    .expect_code(0);
+    let all = p.show(&run).to_string();
+    assert!(!all.contains(TOKEN), "{all}");
+    assert!(all.contains("alice [redacted]"), "{all}");
+    assert!(
+        !contains(&p.db_bytes(), TOKEN),
+        "the token is in the database file"
+    );
+}
