@@ -401,3 +401,189 @@ fn rate_limits_bench() {
         );
     }
 }
+
+/// A counting server: each connection is one call in flight until it closes.
+struct Counter {
+    port: u16,
+    /// (in flight now, most in flight ever, calls in all)
+    counts: Arc<Mutex<(u32, u32, u32)>>,
+}
+
+fn counter() -> Counter {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let counts = Arc::new(Mutex::new((0, 0, 0)));
+    let c = counts.clone();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            {
+                let mut n = c.lock().unwrap();
+                n.0 += 1;
+                n.1 = n.1.max(n.0);
+                n.2 += 1;
+            }
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = conn.read_to_end(&mut sink);
+                c.lock().unwrap().0 -= 1;
+            });
+        }
+    });
+    Counter { port, counts }
+}
+
+/// A project whose runs each call `tool` twice in one turn, then answer.
+fn tool_project(tools: &str, call: &str) -> Project {
+    let p = Project::new();
+    p.write("tools.toml", tools);
+    p.model_script(json!([
+        {"tool_calls": [{"name": call, "args": {}}, {"name": call, "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.task("max_steps = 5", "Call it.");
+    p
+}
+
+/// Workers with a short lease, so a killed one's places come free in seconds; not
+/// shorter, or a loaded test machine delays heartbeats past it.
+fn script_worker(p: &Project, name: &str, extra: &[&str]) -> Child {
+    let mut args = vec![
+        "worker",
+        "--name",
+        name,
+        "--lease-ttl",
+        "3s",
+        "--poll",
+        "20ms",
+    ];
+    args.extend_from_slice(extra);
+    p.command(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worker")
+}
+
+/// Waits for a worker to exit, for at most 120 s (a leaked slot would hang it).
+fn exits(mut child: Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            assert!(status.success(), "{what}: {err}");
+            return;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: still running after 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn limits_json(p: &Project) -> Value {
+    p.run(&["limits", "--json"]).expect_code(0).json()
+}
+
+#[test]
+fn a_command_tool_with_max_concurrent_2_never_has_more_in_flight_across_two_workers() {
+    let server = counter();
+    let tools = format!(
+        "[tools.count]\ndescription = \"count\"\ninput_schema = {{ type = \"object\" }}\n\
+         command = [\"python3\", \"-c\", \"import socket,time; s=socket.create_connection(('127.0.0.1', {})); time.sleep(0.1); s.close(); print('1')\"]\n\
+         idempotent = true\nsandbox = \"off\"\nmax_concurrent = 2\n",
+        server.port
+    );
+    let p = tool_project(&tools, "count");
+    for _ in 0..12 {
+        p.run(&["submit", "task.md"]).expect_code(0);
+    }
+    let a = script_worker(&p, "w-a", &["--concurrency", "6", "--until-idle"]);
+    let b = script_worker(&p, "w-b", &["--concurrency", "6", "--until-idle"]);
+    exits(a, "worker w-a");
+    exits(b, "worker w-b");
+    let (now, most, calls) = *server.counts.lock().unwrap();
+    assert_eq!((now, calls), (0, 24));
+    assert_eq!(
+        most, 2,
+        "never more than 2 in flight, and the limit was used"
+    );
+    let keys = limits_json(&p);
+    assert_eq!(keys[0]["label"], "count");
+    assert_eq!(
+        (keys[0]["in_flight"].as_u64(), keys[0]["waiting"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[test]
+fn a_killed_workers_slots_come_free_with_its_leases() {
+    let tools = "[tools.block]\ndescription = \"block\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"block.sh\"]\nidempotent = true\nsandbox = \"off\"\nmax_concurrent = 1\n";
+    let p = tool_project(tools, "block");
+    p.model_script(json!([
+        {"tool_calls": [{"name": "block", "args": {}}]},
+        {"text": "done"}
+    ]));
+    p.script(
+        "block.sh",
+        "#!/bin/sh\ncat > /dev/null\ntouch \"started.$AGENTRUN_CALL_ID\"\nwhile [ -f hold ]; do sleep 0.02; done\necho '\"ok\"'\n",
+    );
+    p.write("hold", "");
+    // Two runs: one's call takes the only slot, the other's waits for it.
+    p.run(&["submit", "task.md"]).expect_code(0);
+    p.run(&["submit", "task.md"]).expect_code(0);
+    let mut a = script_worker(&p, "w-a", &["--concurrency", "2"]);
+    let started = || {
+        std::fs::read_dir(p.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("started."))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while started() == 0 {
+        assert!(Instant::now() < deadline, "no call started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // One call holds the only slot; the other run's call comes to wait for it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let keys = limits_json(&p);
+        let seen = (keys[0]["in_flight"].as_u64(), keys[0]["waiting"].as_u64());
+        if seen == (Some(1), Some(1)) {
+            break;
+        }
+        assert_eq!(seen.0, Some(1), "{keys}");
+        assert!(
+            Instant::now() < deadline,
+            "the second call never waited: {keys}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.kill().expect("kill -9 the worker");
+    let _ = a.wait();
+    std::fs::remove_file(p.path().join("hold")).expect("let calls finish");
+    // A new worker takes the run over after the lease TTL; the dead worker's slot
+    // must have come free with its lease, or its calls would wait forever.
+    let b = script_worker(&p, "w-b", &["--concurrency", "2", "--until-idle"]);
+    exits(b, "worker w-b");
+    let list = p.run(&["runs", "list", "--json"]).expect_code(0).json();
+    let done = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["status"] == "completed");
+    assert_eq!(done.count(), 2, "{list}");
+    let keys = limits_json(&p);
+    assert_eq!(
+        (keys[0]["in_flight"].as_u64(), keys[0]["waiting"].as_u64()),
+        (Some(0), Some(0)),
+        "{keys}"
+    );
+}
