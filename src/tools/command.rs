@@ -81,7 +81,7 @@ pub async fn run_hook(
 ) -> Result<HookExit, ToolError> {
     // A hook is sandboxed like a command tool (issue 26), with a temp dir of its own
     // that does not outlive it.
-    let tmp = CallTemp::for_sandbox(spec, &format!("{}-{name}", ctx.key));
+    let tmp = CallTemp::fresh(spec, &format!("{}-{name}", ctx.key));
     let (mut cmd, secrets) = build(spec, name, tmp.as_ref().map(CallTemp::path), ctx)?;
     descendants::become_subreaper();
     let run = Run {
@@ -130,9 +130,12 @@ fn sandbox_denied(spec: &CommandSpec, tool: &str, result: AttemptResult) -> Atte
 }
 
 /// The per-call temp dir of a sandboxed tool (its `TMPDIR`, writable): named after the
-/// call's idempotency key, so every attempt of the call finds what the last one left
-/// there (a tool counting its own attempts does); removed once the call cannot be
-/// retried (success, or a failure that is not transient).
+/// call's idempotency key (which holds the run's random salt), so every attempt of the
+/// call finds what the last one left there (a tool counting its own attempts does);
+/// removed once the call cannot be retried (success, or a failure that is not
+/// transient). A dir already at that name is reused only when it is this user's own,
+/// private (0700) and not a link; anything else — planted by another local user — is
+/// left alone and a fresh one is made (docs/security.md, Temp folders).
 struct CallTemp(std::path::PathBuf);
 
 impl CallTemp {
@@ -140,19 +143,31 @@ impl CallTemp {
         if spec.sandbox.mode == crate::config::SandboxMode::Off {
             return None;
         }
-        let safe: String = key
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let dir = std::env::temp_dir().join(format!("agentrun-call-{safe}"));
-        use std::os::unix::fs::DirBuilderExt;
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        let dir = std::env::temp_dir().join(format!("agentrun-call-{}", safe_name(key)));
+        match make_private(&dir) {
             Ok(()) => Some(CallTemp(dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_own_private(&dir) => {
                 Some(CallTemp(dir))
             }
-            Err(_) => None,
+            Err(_) => CallTemp::fresh(spec, key),
         }
+    }
+
+    /// A new private dir with a random name, never one that existed before (a hook's:
+    /// its key, `step-1` or `run-end`, is known to anyone).
+    fn fresh(spec: &CommandSpec, key: &str) -> Option<CallTemp> {
+        if spec.sandbox.mode == crate::config::SandboxMode::Off {
+            return None;
+        }
+        (0..8).find_map(|_| {
+            let name = format!(
+                "agentrun-call-{}-{:016x}",
+                safe_name(key),
+                rand::random::<u64>()
+            );
+            let dir = std::env::temp_dir().join(name);
+            make_private(&dir).ok().map(|()| CallTemp(dir))
+        })
     }
 
     fn path(&self) -> &std::path::Path {
@@ -170,6 +185,27 @@ impl CallTemp {
     fn remove(self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+fn safe_name(key: &str) -> String {
+    key.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+/// Creates `dir` with mode 0700; fails if anything is there already.
+fn make_private(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// A dir (not a link) owned by this user that nobody else may enter.
+fn is_own_private(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0)
 }
 
 async fn run_child(
@@ -826,6 +862,40 @@ mod tests {
             output_cap: 1024,
             sandbox: Default::default(),
         }
+    }
+
+    fn sandboxed() -> CommandSpec {
+        let mut s = spec(&[], &[], false);
+        s.sandbox.mode = crate::config::SandboxMode::Workspace;
+        s
+    }
+
+    /// A dir another local user planted at a call's temp name is never used; a hook's
+    /// temp dir is fresh, private and random every time (docs/security.md).
+    #[test]
+    fn a_planted_temp_dir_is_never_reused_and_hooks_get_fresh_private_ones() {
+        use std::os::unix::fs::PermissionsExt;
+        let key = format!("planted-{:016x}", rand::random::<u64>());
+        let planted = std::env::temp_dir().join(format!("agentrun-call-{key}"));
+        std::fs::create_dir(&planted).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let tmp = CallTemp::for_sandbox(&sandboxed(), &key).expect("a temp dir");
+        assert_ne!(tmp.path(), planted.as_path());
+        let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        tmp.remove();
+        let _ = std::fs::remove_dir(&planted);
+
+        let (a, b) = (
+            CallTemp::fresh(&sandboxed(), "step-1").expect("a"),
+            CallTemp::fresh(&sandboxed(), "step-1").expect("b"),
+        );
+        assert_ne!(a.path(), b.path());
+        assert!(is_own_private(a.path()) && is_own_private(b.path()));
+        let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
+        a.remove();
+        b.remove();
+        assert!(!pa.exists() && !pb.exists(), "removed after");
     }
 
     /// The leaks of issue 12 item 6, all at once.
