@@ -382,6 +382,7 @@ pub(super) fn preflight(path: &Path, only: Option<&[String]>) -> anyhow::Result<
     for w in preflight::literal_credentials(&cfg, path) {
         crate::errln!("{w}");
     }
+    super::tools::say_unpassed(&cfg, only);
     let problems = preflight::check(&cfg, &text, path, only, &preflight::Env::process());
     if problems.is_empty() {
         return Ok(());

@@ -35,6 +35,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
         for w in preflight::literal_credentials(&cfg, tools) {
             crate::errln!("{w}");
         }
+        say_unpassed(&cfg, None);
         let problems = preflight::check(&cfg, &text, tools, None, &preflight::Env::process());
         if problems.is_empty() {
             with_mcp_tools(tools, cfg)
@@ -45,9 +46,20 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
     match checked {
         Ok(cfg) => {
             // Each tool's sandbox (issue 22): what its process may touch.
+            // A tool that starts no process here says what it is instead.
             let sandbox = |t: &config::ToolDef| {
-                cfg.sandbox_of(t)
-                    .map_or_else(|| "no process".to_string(), config::Sandbox::describe)
+                cfg.sandbox_of(t).map_or_else(
+                    || {
+                        match t.kind {
+                            config::ToolKind::Agent(_) => {
+                                "a sub-agent: a child run, whose tools have their own sandboxes"
+                            }
+                            _ => "an HTTP call: no process runs on this machine",
+                        }
+                        .to_string()
+                    },
+                    config::Sandbox::describe,
+                )
             };
             if cli.json {
                 let names: Vec<&String> = cfg.tools.keys().collect();
@@ -69,7 +81,9 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                     "ok": true, "tools": names, "sandbox": sandboxes, "hooks": hooks,
                 }))?;
             } else {
-                crate::outln!("{}: ok, {} tool(s)", tools.display(), cfg.tools.len())?;
+                let n = cfg.tools.len();
+                let plural = if n == 1 { "" } else { "s" };
+                crate::outln!("{}: ok, {n} tool{plural}", tools.display())?;
                 for t in cfg.tools.values() {
                     let description = crate::render::text::plain(&t.description);
                     crate::outln!("  {:<20} {}", t.name, description)?;
@@ -142,5 +156,21 @@ fn with_mcp_tools(
                 })
                 .collect(),
         )),
+    }
+}
+
+/// Once per tool: variables its script reads that are set here and dropped by its
+/// environment's allow-list ([`crate::tools::unpassed`]). Warnings: the exit code stays.
+pub(super) fn say_unpassed(cfg: &config::ToolsConfig, only: Option<&[String]>) {
+    let var = |n: &str| std::env::var_os(n);
+    for t in cfg.tools.values() {
+        if only.is_some_and(|o| !o.contains(&t.name)) {
+            continue;
+        }
+        if let config::ToolKind::Command(spec) = &t.kind
+            && let Some(w) = crate::tools::unpassed::warning(&t.name, spec, &var)
+        {
+            crate::errln!("{w}");
+        }
     }
 }

@@ -12,6 +12,12 @@ const CORE_ENV: [&str; 9] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG",
 ];
 
+/// Whether every child gets `name` from agentrun's environment without being asked for
+/// it (the core set and `LC_*`).
+pub fn passes_by_default(name: &str) -> bool {
+    CORE_ENV.contains(&name) || name.starts_with("LC_")
+}
+
 /// A child's environment and the secret values in it (to redact from its output).
 #[derive(Debug, Default)]
 pub struct ChildEnv {
@@ -36,7 +42,7 @@ pub fn child_env(
             continue;
         }
         let listed = spec.env.iter().any(|a| *a == n);
-        let core = CORE_ENV.contains(&n.as_ref()) || n.starts_with("LC_");
+        let core = passes_by_default(&n);
         // Most of the parent's variables are neither listed nor core: without
         // `inherit = "all"` they are dropped before the (allocating) secret test, which
         // was a sixth of a step's CPU when run on every variable (issue 14 profile).

@@ -12,6 +12,7 @@ pub mod schema;
 pub mod spawn;
 mod supervise;
 pub mod trampoline;
+pub mod unpassed;
 
 use crate::clock::Clock;
 use crate::config::types::{ToolDef, ToolKind};

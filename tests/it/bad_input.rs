@@ -267,5 +267,5 @@ fn tools_check_reports_every_problem_with_the_file_and_the_tool() {
     p.write("tools.toml", GOOD_TOOLS);
     let ok = p.run(&["tools", "check"]);
     ok.expect_code(0);
-    assert!(ok.stdout.starts_with("tools.toml: ok, 1 tool(s)"), "{ok}");
+    assert!(ok.stdout.starts_with("tools.toml: ok, 1 tool\n"), "{ok}");
 }

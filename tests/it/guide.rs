@@ -267,3 +267,44 @@ fn a_narrow_runs_list_keeps_a_readable_task() {
     assert!(row.chars().count() <= 60, "{text}");
     assert!(row.contains("A customer asks whether"), "{text}");
 }
+
+/// `SLOW_SECS=2 agentrun start …` used to reach nothing, silently: the tool's script
+/// reads SLOW_SECS, but tools get an allow-list of the environment. `tools check` and
+/// `start` now say so once, with the line that passes it; a listed variable is quiet.
+#[test]
+fn a_variable_the_script_reads_but_is_not_passed_is_named_once() {
+    let p = Project::new();
+    p.script(
+        "slow.sh",
+        "#!/bin/sh\ncat >/dev/null\nsleep \"${SLOW_SECS:-0}\"\necho '\"ok\"'\n",
+    );
+    p.write(
+        "tools.toml",
+        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\n\
+         command = [\"sh\", \"slow.sh\"]\n\
+         [tools.web]\ndescription = \"web\"\ninput_schema = { type = \"object\" }\n\
+         http = { method = \"GET\", url = \"http://127.0.0.1:9/x\" }\n",
+    );
+    p.model_script(json!([{"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
+    p.task("tools = [\"slow\"]", "Be slow.");
+    let warning = "tool `slow`: its script reads SLOW_SECS, set here but not passed to it";
+    let check = p.run_env(&["tools", "check"], &[("SLOW_SECS", "0")]);
+    check.expect_code(0);
+    assert_eq!(check.stderr.matches(warning).count(), 1, "{check}");
+    assert!(
+        check.stderr.contains(r#"add `env = ["SLOW_SECS"]`"#),
+        "{check}"
+    );
+    assert!(
+        check
+            .stdout
+            .contains("an HTTP call: no process runs on this machine"),
+        "{check}"
+    );
+    let start = p.run_env(&["start", "task.md"], &[("SLOW_SECS", "0")]);
+    start.expect_code(0);
+    assert_eq!(start.stderr.matches(warning).count(), 1, "{start}");
+    // Not set here: nothing would have reached the tool, nothing to say.
+    let unset = p.run(&["tools", "check"]);
+    assert!(!unset.stderr.contains("SLOW_SECS"), "{unset}");
+}

@@ -1028,7 +1028,7 @@ fn tools_check_warns_about_literal_credentials_and_keeps_exit_0() {
         );
     }
     assert_eq!(warnings.len(), 3, "nothing else is flagged:\n{r}");
-    assert!(r.stdout.contains("ok, 3 tool(s)"), "{r}");
+    assert!(r.stdout.contains("ok, 3 tools"), "{r}");
 }
 
 // ---- 9. approval patterns ignore case and whitespace runs -----------------------------
