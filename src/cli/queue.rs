@@ -70,6 +70,10 @@ pub struct WorkerArgs {
     /// before it is cut off and handed back.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub grace: String,
+    /// Serve this worker's metrics in Prometheus text format at `http://ADDR/metrics`
+    /// (e.g. 127.0.0.1:9464; docs/observability.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
 }
 
 pub fn submit(cli: &Cli, args: &StartArgs) -> anyhow::Result<Exit> {
@@ -128,6 +132,11 @@ pub fn worker(cli: &Cli, args: &WorkerArgs) -> anyhow::Result<Exit> {
     let ttl = duration("--lease-ttl", &args.lease_ttl)?;
     let poll = duration("--poll", &args.poll)?;
     let grace = duration("--grace", &args.grace)?;
+    if let Some(addr) = &args.metrics_addr {
+        let listener = std::net::TcpListener::bind(addr.as_str())
+            .map_err(|e| BadInput(format!("--metrics-addr {addr}: {e}")))?;
+        crate::telemetry::metrics::serve(listener).context("cannot start the metrics thread")?;
+    }
     let name = args.name.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())

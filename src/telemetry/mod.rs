@@ -12,6 +12,7 @@ pub mod events;
 pub mod export;
 pub mod ids;
 pub mod keys;
+pub mod metrics;
 pub mod run;
 pub mod settings;
 pub mod span;

@@ -10,7 +10,7 @@
 
 use super::ids;
 use super::span::{Open, at_ms};
-use super::{Telemetry, keys as k};
+use super::{Telemetry, keys as k, metrics};
 use crate::machine::effects::Notice;
 use crate::records::{RunId, RunStatus};
 use crate::store::Store;
@@ -22,7 +22,8 @@ use std::sync::Mutex;
 
 /// The spans of one drive of one run.
 pub struct RunTrace {
-    t: &'static Telemetry,
+    /// `None`: spans are not exported, only metrics kept.
+    t: Option<&'static Telemetry>,
     run: String,
     agent: String,
     trace: TraceId,
@@ -72,7 +73,13 @@ fn agent_name(task_path: &str) -> String {
 impl RunTrace {
     /// The spans of `run`, when telemetry is on; one read of the run (and its parents).
     pub fn begin(store: &Store, run: &RunId, first_step: u32) -> Option<RunTrace> {
-        let t = super::get()?;
+        let t = super::get();
+        if t.is_none() && !metrics::on() {
+            return None;
+        }
+        if first_step == 0 {
+            metrics::add("agentrun_runs_started_total", Vec::new(), 1.0);
+        }
         let row = store.run(run).ok()?;
         let top = crate::runner::children::top_of(store, run);
         let trace = ids::trace_id(top.as_str());
@@ -132,7 +139,7 @@ impl RunTrace {
     }
 
     pub fn content(&self) -> bool {
-        self.t.settings.content
+        self.t.is_some_and(|t| t.settings.content)
     }
 
     /// A model request of step `step` starts, to the first of the models `spec` names.
@@ -158,6 +165,7 @@ impl RunTrace {
         let Some(mut s) = self.with(|o| o.chat.take()) else {
             return;
         };
+        chat_metrics(&s, &answer);
         match answer {
             Ok(a) => a.describe(&mut s, self.content()),
             Err(message) => {
@@ -246,11 +254,16 @@ impl RunTrace {
 
     /// A trace event as the run's recovery code emits it: on the span it belongs to.
     pub fn event(&self, e: &TraceEvent) {
+        event_metrics(e);
         self.with(|o| super::events::place(o_ref(o), e));
     }
 
     /// Something the loop decided: an event on this process's segment.
     pub fn notice(&self, n: &Notice) {
+        if let Notice::Escalated { kind, .. } | Notice::ToolBugQueued { kind, .. } = n {
+            let labels = vec![("kind", kind.to_string())];
+            metrics::add("agentrun_escalations_total", labels, 1.0);
+        }
         let (name, attrs) = super::events::notice(n);
         self.with(|o| {
             if let Some(seg) = o.segment.as_mut() {
@@ -295,6 +308,8 @@ impl RunTrace {
         let Some(e) = ended.filter(|e| terminal(e.status)) else {
             return;
         };
+        let labels = vec![("status", e.status.as_str().to_string())];
+        metrics::add("agentrun_runs_ended_total", labels, 1.0);
         self.send(self.run_span(e));
     }
 
@@ -331,7 +346,9 @@ impl RunTrace {
     }
 
     fn send(&self, s: Open) {
-        self.t.export().send(s.finish(self.trace));
+        if let Some(t) = self.t {
+            t.export().send(s.finish(self.trace));
+        }
     }
 }
 
@@ -387,6 +404,60 @@ impl Answered<'_> {
                 super::content::message(&r.message),
             ));
         }
+    }
+}
+
+/// A model request's steps, tokens, cost and duration.
+fn chat_metrics(s: &Open, answer: &Result<Answered<'_>, &str>) {
+    if !metrics::on() {
+        return;
+    }
+    let model = s
+        .attrs
+        .iter()
+        .find(|kv| kv.key.as_str() == k::REQUEST_MODEL);
+    let provider = s.attrs.iter().find(|kv| kv.key.as_str() == k::PROVIDER);
+    let (model, provider) = (
+        model
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_default(),
+        provider
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_default(),
+    );
+    let seconds = s.start.elapsed().map_or(0.0, |d| d.as_secs_f64());
+    match answer {
+        Ok(a) => {
+            let u = &a.response.usage;
+            metrics::add("agentrun_steps_total", Vec::new(), 1.0);
+            metrics::add("agentrun_cost_usd_total", Vec::new(), a.cost_usd);
+            metrics::tokens(&provider, &model, "input", u.input);
+            metrics::tokens(&provider, &model, "output", u.output);
+            metrics::duration(&provider, &model, None, seconds);
+        }
+        Err(_) => metrics::duration(&provider, &model, Some("model_failed"), seconds),
+    }
+}
+
+fn event_metrics(e: &TraceEvent) {
+    if !metrics::on() {
+        return;
+    }
+    match e {
+        TraceEvent::ToolAttempt { tool, class, .. } => {
+            let class = class.map_or("none", |c| c.as_str());
+            let labels = vec![("tool", tool.clone()), ("error_class", class.to_string())];
+            metrics::add("agentrun_tool_attempts_total", labels, 1.0);
+        }
+        TraceEvent::Backoff { tool, .. } => {
+            let labels = vec![("kind", "tool".to_string()), ("name", tool.clone())];
+            metrics::add("agentrun_retries_total", labels, 1.0);
+        }
+        TraceEvent::ModelRetry { model, .. } => {
+            let labels = vec![("kind", "model".to_string()), ("name", model.clone())];
+            metrics::add("agentrun_retries_total", labels, 1.0);
+        }
+        _ => {}
     }
 }
 

@@ -3,5 +3,6 @@
 //! hang.
 
 mod phoenix;
+mod prometheus;
 mod propagation;
 mod traces;
