@@ -122,9 +122,9 @@ impl Phoenix {
     }
 
     /// The spans of `project` once `done` holds of them (Phoenix ingests in the
-    /// background), polling for at most a minute.
+    /// background, slowly on a loaded machine), polling for at most three minutes.
     pub fn spans_when(&self, project: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             let spans = self.spans(project);
             if done(&spans) || Instant::now() > deadline {
