@@ -2,7 +2,6 @@
 
 use super::html::{self, Tab, csrf_field, esc};
 use super::{App, Reviewer, error_page, store_error};
-use crate::machine::state::LoopState;
 use crate::render::Style;
 use crate::store::{RunId, RunRow, RunStatus};
 use crate::timefmt::age;
@@ -12,66 +11,225 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use std::fmt::Write;
 use std::sync::Arc;
 
-/// Runs shown on the list page.
-const LIST_LIMIT: u32 = 200;
+/// Runs shown on one page of the list.
+pub const PAGE: usize = 50;
 
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct ListQuery {
-    status: Option<String>,
+    #[serde(default)]
+    status: String,
+    /// Words that must all appear in the task (any case).
+    #[serde(default)]
+    q: String,
+    /// First and last day (YYYY-MM-DD, UTC) a run was created on.
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+    #[serde(default)]
+    page: Option<usize>,
 }
 
-/// `/runs[?status=S]`.
+/// What the list shows: the runs that match all of these.
+#[derive(Debug, Default)]
+pub struct Filter {
+    pub status: Option<RunStatus>,
+    pub words: Vec<String>,
+    /// Created at or after, and before (ms since the epoch).
+    pub from_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+impl Filter {
+    fn parse(q: &ListQuery) -> Result<Filter, String> {
+        let status = match q.status.trim() {
+            "" => None,
+            s => Some(RunStatus::parse(s).ok_or_else(|| format!("There is no run status “{s}”."))?),
+        };
+        let day = |s: &str, what: &str| -> Result<Option<i64>, String> {
+            match s.trim() {
+                "" => Ok(None),
+                d => day_ms(d).map(Some).ok_or_else(|| {
+                    format!("“{what}” must be a date like 2026-12-03; “{d}” is not one.")
+                }),
+            }
+        };
+        Ok(Filter {
+            status,
+            words: q.q.split_whitespace().map(str::to_lowercase).collect(),
+            from_ms: day(&q.from, "From")?,
+            until_ms: day(&q.to, "To")?.map(|d| d + DAY_MS),
+        })
+    }
+
+    pub fn keeps(&self, r: &RunRow) -> bool {
+        let task = r.task.to_lowercase();
+        self.status.is_none_or(|s| r.status == s)
+            && self.words.iter().all(|w| task.contains(w.as_str()))
+            && self.from_ms.is_none_or(|f| r.created_at >= f)
+            && self.until_ms.is_none_or(|u| r.created_at < u)
+    }
+}
+
+/// Midnight UTC of a `YYYY-MM-DD` day, in ms since the epoch.
+fn day_ms(s: &str) -> Option<i64> {
+    let mut it = s.splitn(3, '-');
+    let (y, m, d): (i64, i64, i64) = (
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), after H. Hinnant.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some((era * 146_097 + doe - 719_468) * DAY_MS)
+}
+
+/// The runs that match, their totals, and one page of them.
+pub struct Listing<'a> {
+    pub matched: usize,
+    pub tokens: u64,
+    pub cost: f64,
+    pub page: Vec<&'a RunRow>,
+    pub pages: usize,
+}
+
+pub fn select<'a>(rows: &'a [RunRow], f: &Filter, page: usize) -> Listing<'a> {
+    let kept: Vec<&RunRow> = rows.iter().filter(|r| f.keeps(r)).collect();
+    let pages = kept.len().div_ceil(PAGE).max(1);
+    let page = page.clamp(1, pages);
+    Listing {
+        matched: kept.len(),
+        tokens: kept.iter().map(|r| r.input_tokens + r.output_tokens).sum(),
+        cost: kept.iter().map(|r| r.cost_usd).sum(),
+        page: kept
+            .iter()
+            .skip((page - 1) * PAGE)
+            .take(PAGE)
+            .copied()
+            .collect(),
+        pages,
+    }
+}
+
+/// `/runs?status=&q=&from=&to=&page=`: newest first, filtered, with totals.
 pub async fn list(
     State(app): State<Arc<App>>,
     r: Reviewer,
     Query(q): Query<ListQuery>,
 ) -> Response {
-    let status = match q.status.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(s) => match RunStatus::parse(s) {
-            Some(st) => Some(st),
-            None => return error_page(StatusCode::BAD_REQUEST, &format!("no run status `{s}`")),
-        },
+    let filter = match Filter::parse(&q) {
+        Ok(f) => f,
+        Err(msg) => return error_page(StatusCode::BAD_REQUEST, &msg),
     };
-    let rows = match app.store.recent_runs(status, Some(LIST_LIMIT)) {
+    let rows = match app.store.recent_runs(filter.status, None) {
         Ok(rows) => rows,
         Err(e) => return store_error(&e),
     };
+    let page = q.page.unwrap_or(1);
+    let l = select(&rows, &filter, page);
+    let mut b = String::from("<h1>Runs</h1>");
+    b.push_str(&filter_form(&q, filter.status));
+    let _ = write!(
+        b,
+        "<p class=\"summary\" role=\"status\">{n} runs · {t} tokens · ${c:.4}</p>",
+        n = l.matched,
+        t = l.tokens,
+        c = l.cost
+    );
+    if l.page.is_empty() {
+        b.push_str("<p class=\"empty\">No runs match.</p>");
+    } else {
+        b.push_str(&table(&app, &l.page));
+        b.push_str(&pager(&q, page.clamp(1, l.pages), l.pages));
+    }
+    Html(html::page("Runs", Tab::Runs, Some(&r.0), &b)).into_response()
+}
+
+fn filter_form(q: &ListQuery, status: Option<RunStatus>) -> String {
     let mut b = String::from(
-        "<h1>Runs</h1><form method=\"get\" action=\"/runs\" class=\"filter\"><label>Status <select name=\"status\"><option value=\"\">any</option>",
+        "<form method=\"get\" action=\"/runs\" class=\"filter\" role=\"search\">\
+         <label>Status <select name=\"status\"><option value=\"\">any</option>",
     );
     for st in RunStatus::ALL {
         let sel = if Some(st) == status { " selected" } else { "" };
         let _ = write!(b, "<option{sel}>{}</option>", st.as_str());
     }
-    b.push_str("</select></label> <button type=\"submit\">Filter</button></form>");
-    if rows.is_empty() {
-        b.push_str("<p class=\"empty\">No runs.</p>");
-    } else {
-        b.push_str(&table(&app, &rows));
-    }
-    Html(html::page("Runs", Tab::Runs, Some(&r.0), &b)).into_response()
+    let _ = write!(
+        b,
+        "</select></label> <label>Task contains <input name=\"q\" type=\"search\" value=\"{q}\"></label> \
+         <label>From <input name=\"from\" type=\"date\" value=\"{from}\"></label> \
+         <label>To <input name=\"to\" type=\"date\" value=\"{to}\"></label> \
+         <button type=\"submit\">Show</button></form>",
+        q = esc(&q.q),
+        from = esc(&q.from),
+        to = esc(&q.to),
+    );
+    b
 }
 
-fn table(app: &App, rows: &[RunRow]) -> String {
+fn pager(q: &ListQuery, page: usize, pages: usize) -> String {
+    if pages <= 1 {
+        return String::new();
+    }
+    let enc = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let href = |p: usize| {
+        format!(
+            "/runs?status={}&amp;q={}&amp;from={}&amp;to={}&amp;page={p}",
+            enc(&q.status),
+            enc(&q.q),
+            enc(&q.from),
+            enc(&q.to)
+        )
+    };
+    let mut b = String::from("<nav class=\"pager\" aria-label=\"Pages\">");
+    if page > 1 {
+        let _ = write!(b, "<a href=\"{}\" rel=\"prev\">Newer</a> ", href(page - 1));
+    }
+    let _ = write!(b, "Page {page} of {pages}");
+    if page < pages {
+        let _ = write!(b, " <a href=\"{}\" rel=\"next\">Older</a>", href(page + 1));
+    }
+    b.push_str("</nav>");
+    b
+}
+
+fn table(app: &App, rows: &[&RunRow]) -> String {
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
     let mut t = String::from(
         "<table class=\"runs\"><thead><tr><th>Run</th><th>Status</th><th>Model</th><th>Steps</th>\
-         <th>Tokens</th><th>Cost</th><th>Age</th><th>Task</th></tr></thead><tbody>",
+         <th class=\"num\">Tokens</th><th>Cost</th><th>Age</th><th>Task</th></tr></thead><tbody>",
     );
     for r in rows {
         let model = models(app, &r.id).first().cloned().unwrap_or_default();
-        let cost = state(app, &r.id).map(|s| s.cost_usd).unwrap_or(0.0);
+        let mut marks = String::new();
+        if r.parent.is_some() {
+            marks.push_str(" <span class=\"tag\">sub-agent</span>");
+        }
+        if r.fork.is_some() {
+            marks.push_str(" <span class=\"tag\">fork</span>");
+        }
         let _ = write!(
             t,
-            "<tr><td><a href=\"/runs/{id}\">{id}</a></td><td class=\"status\">{st}</td><td>{model}</td>\
-             <td>{steps}</td><td>{tin} in / {tout} out</td><td>${cost:.4}</td><td>{age}</td><td>{task}</td></tr>",
+            "<tr><td><a href=\"/runs/{id}\">{id}</a>{marks}</td><td class=\"status\">{st}</td><td>{model}</td>\
+             <td>{steps}</td><td class=\"num\">{tin} in / {tout} out</td><td>${cost:.4}</td><td>{age}</td><td>{task}</td></tr>",
             id = esc(r.id.as_str()),
             st = r.status.as_str(),
             model = esc(&model),
             steps = r.steps,
             tin = r.input_tokens,
             tout = r.output_tokens,
+            cost = r.cost_usd,
             age = esc(&age(now, r.created_at)),
             task = esc(&crate::render::text::truncate(
                 r.task.lines().next().unwrap_or(""),
@@ -90,11 +248,6 @@ fn models(app: &App, id: &RunId) -> Vec<String> {
         .flatten()
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default()
-}
-
-fn state(app: &App, id: &RunId) -> Option<LoopState> {
-    let (_, json) = app.store.checkpoint(id).ok()?;
-    serde_json::from_str(&json).ok()
 }
 
 /// The run's `runs show` text, without colour.
@@ -311,4 +464,99 @@ pub fn continue_run(app: &App, id: &RunId) -> Response {
         );
     }
     Redirect::to(&format!("/runs/{id}")).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(n: usize) -> RunRow {
+        let status = if n.is_multiple_of(3) {
+            RunStatus::Completed
+        } else {
+            RunStatus::Failed
+        };
+        RunRow {
+            id: RunId(format!("r{n:04}")),
+            task: if n % 10 == 7 {
+                format!("Refund order {n} for Dana")
+            } else {
+                format!("Summarise ticket {n}")
+            },
+            task_path: String::new(),
+            status,
+            max_steps: 10,
+            max_tokens: 0,
+            steps: 1,
+            input_tokens: 10,
+            output_tokens: 2,
+            answer: None,
+            error: None,
+            lease_pid: None,
+            // One run an hour from 2026-12-01T00:00Z.
+            created_at: day_ms("2026-12-01").unwrap() + n as i64 * 3_600_000,
+            updated_at: 0,
+            worker: None,
+            heartbeat: None,
+            cost_usd: 0.01,
+            parent: None,
+            fork: None,
+        }
+    }
+
+    fn query(status: &str, q: &str, from: &str, to: &str) -> ListQuery {
+        ListQuery {
+            status: status.into(),
+            q: q.into(),
+            from: from.into(),
+            to: to.into(),
+            page: None,
+        }
+    }
+
+    #[test]
+    fn filters_and_search_over_a_thousand_runs_return_exactly_the_matching_ones_with_totals() {
+        let rows: Vec<RunRow> = (0..1000).map(row).collect();
+        let f = Filter::parse(&query(
+            "completed",
+            "REFUND dana",
+            "2026-12-02",
+            "2026-12-03",
+        ))
+        .unwrap();
+        let l = select(&rows, &f, 1);
+        // Completed (n % 3 == 0), a refund (n % 10 == 7), created on Dec 2 or 3 (n in 24..72).
+        let want: Vec<String> = (24..72)
+            .filter(|n: &usize| n.is_multiple_of(3) && n % 10 == 7)
+            .map(|n| format!("r{n:04}"))
+            .collect();
+        let got: Vec<String> = l.page.iter().map(|r| r.id.0.clone()).collect();
+        assert_eq!(got, want);
+        assert_eq!(l.matched, want.len());
+        assert_eq!(l.tokens, 12 * want.len() as u64);
+        assert!((l.cost - 0.01 * want.len() as f64).abs() < 1e-9);
+
+        let all = select(&rows, &Filter::default(), 3);
+        assert_eq!((all.matched, all.pages), (1000, 20));
+        assert_eq!(all.page.len(), PAGE);
+        assert_eq!(all.page[0].id.0, "r0100", "page 3 starts at the 101st");
+        assert_eq!(
+            select(&rows, &Filter::default(), 99).page[0].id.0,
+            "r0950",
+            "past the end: the last page"
+        );
+    }
+
+    #[test]
+    fn a_bad_status_or_date_is_refused_in_the_page_s_words() {
+        assert!(
+            Filter::parse(&query("nope", "", "", ""))
+                .unwrap_err()
+                .contains("no run status")
+        );
+        let e = Filter::parse(&query("", "", "2026-13-01", "")).unwrap_err();
+        assert!(e.contains("“From” must be a date"), "{e}");
+        assert_eq!(day_ms("1970-01-02"), Some(DAY_MS));
+        assert_eq!(day_ms("2000-03-01"), Some(951_868_800_000));
+    }
 }
