@@ -5,6 +5,7 @@ mod cancel;
 mod completions;
 mod db;
 mod escalations;
+mod eval_cmd;
 mod init;
 mod limits;
 mod model_args;
@@ -156,6 +157,7 @@ pub enum Command {
     #[command(subcommand)]
     Db(db::DbCmd),
     Test(test_cmd::TestArgs),
+    Eval(eval_cmd::EvalArgs),
     /// Answers a replayed tool's call from a recorded case (run by `agentrun test`).
     #[command(hide = true)]
     ReplayTool(test_cmd::ReplayToolArgs),
@@ -450,6 +452,7 @@ fn dispatch(cli: &Cli) -> anyhow::Result<Exit> {
         Command::Tools(cmd) => tools::run(cli, cmd),
         Command::Db(cmd) => db::run(cli, cmd),
         Command::Test(args) => test_cmd::test(cli, args),
+        Command::Eval(args) => eval_cmd::run(cli, args),
         Command::ReplayTool(args) => test_cmd::replay_tool(args),
         Command::Limits(args) => limits::run(cli, args),
         Command::Init(args) => init::run(cli, args),

@@ -52,17 +52,17 @@ impl Agentrun {
     /// Runs `agentrun --db DB --json --quiet ARGS…`; an exit without a JSON object on
     /// stdout is an error carrying its stderr.
     pub fn json(&self, args: &[OsString]) -> Result<Finished, ChildError> {
-        let out = Command::new(&self.exe)
-            .arg("--db")
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("--db")
             .arg(&self.db)
             .args(["--json", "--quiet"])
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|source| ChildError::Spawn {
-                exe: self.exe.display().to_string(),
-                source,
-            })?;
+            .stdin(Stdio::null());
+        die_with_parent(&mut cmd);
+        let out = cmd.output().map_err(|source| ChildError::Spawn {
+            exe: self.exe.display().to_string(),
+            source,
+        })?;
         let code = out.status.code().unwrap_or(-1);
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
         let json: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
@@ -96,3 +96,30 @@ impl Agentrun {
             .json)
     }
 }
+
+/// The child is killed (SIGKILL) when this process dies, however it dies: an eval
+/// killed with -9 leaves no run driven by an orphan, so running the eval again resumes
+/// each run from its last committed step at once (its holder is gone) instead of
+/// finding it held by a process nobody waits for.
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only async-signal-safe calls are made: prctl,
+    // getppid and _exit.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before prctl took effect: nobody will wait for us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}

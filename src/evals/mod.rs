@@ -8,15 +8,23 @@
 //! - `replay`: the tools of a case answered from its recording (no side effects).
 //! - `testrun`: one case re-run against the current configuration (`agentrun test`).
 //! - `child`: runs started, resumed and read through agentrun's own command line.
+//! - `suite`, `checks`, `eval`, `stats`, `report`: `agentrun eval` — a suite file, the
+//!   checks that score a run, the slots driven as durable runs, pass rates with their
+//!   noise and the regression rule, and the report.
 //!
 //! Everything here reads runs through the JSON of `runs show --json` (docs/cli.md), the
 //! same document scripts read, so it does not depend on how the store keeps them.
 
 pub mod case;
+pub mod checks;
 pub mod child;
 pub mod diff;
+pub mod eval;
 pub mod observed;
 pub mod replay;
+pub mod report;
+pub mod stats;
+pub mod suite;
 pub mod testrun;
 
 /// JSON with its object keys sorted at every depth, so a file written from it is the

@@ -20,6 +20,7 @@
 mod auth;
 mod drive;
 mod escalation;
+mod evals;
 pub mod host;
 pub mod html;
 mod live;
@@ -157,6 +158,8 @@ pub fn router(opts: &Options, store: Arc<Store>) -> (Router, Arc<App>) {
         .route("/logout", post(logout))
         .route("/escalations/{id}", get(escalation::page))
         .route("/escalations/{id}/decide", post(escalation::decide))
+        .route("/evals", get(evals::list))
+        .route("/evals/{name}", get(evals::page))
         .route("/runs", get(runs::list))
         .route("/runs/{id}", get(runs::page))
         .route("/runs/{id}/events", get(live::events))

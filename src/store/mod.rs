@@ -44,6 +44,7 @@ mod cancel;
 mod check;
 mod durability;
 mod error;
+pub mod evals;
 mod fork;
 mod input;
 mod lease;
@@ -227,6 +228,18 @@ macro_rules! delegate {
 }
 
 delegate! {
+    /// Records a new eval; false when one of that name exists.
+    fn create_eval(&self, e: &evals::EvalRow) -> Result<bool>;
+    fn eval(&self, name: &str) -> Result<Option<evals::EvalRow>>;
+    /// Every eval, newest first.
+    fn evals(&self) -> Result<Vec<evals::EvalRow>>;
+    fn finish_eval(&self, name: &str, at: i64) -> Result<()>;
+    /// Names the run of an eval's slot (creating the slot; its result is cleared).
+    fn set_eval_run(&self, k: evals::SlotKey<'_>, run_id: &str) -> Result<()>;
+    /// Stores the scored result of an eval's slot.
+    fn set_eval_result(&self, k: evals::SlotKey<'_>, result: &str) -> Result<()>;
+    /// An eval's slots, by task, model and repeat.
+    fn eval_slots(&self, eval: &str) -> Result<Vec<evals::EvalSlotRow>>;
     /// The child run the call with idempotency key `key` started, if any.
     fn child_by_key(&self, key: &str) -> Result<Option<RunRow>>;
     /// A run's child runs, oldest first.

@@ -201,5 +201,23 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX limit_holds_by_key ON limit_holds (key);
     CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    // 10: eval results (as SQLite's migration 13).
+    r#"
+    CREATE TABLE evals (
+        name        TEXT PRIMARY KEY,
+        suite       TEXT NOT NULL,
+        plan        TEXT NOT NULL,
+        created_at  BIGINT NOT NULL,
+        finished_at BIGINT
+    );
+    CREATE TABLE eval_runs (
+        eval   TEXT NOT NULL REFERENCES evals(name),
+        task   TEXT NOT NULL,
+        model  TEXT NOT NULL,
+        rep    BIGINT NOT NULL,
+        run_id TEXT,
+        result TEXT,
+        PRIMARY KEY (eval, task, model, rep)
+    );
     "#,
 ];

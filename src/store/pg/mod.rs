@@ -56,6 +56,7 @@ mod check;
 mod conn;
 mod conninfo;
 mod escalations;
+mod evals;
 mod journal;
 mod limits;
 mod migrations;

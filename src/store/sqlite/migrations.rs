@@ -231,6 +231,26 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX limit_holds_by_key ON limit_holds (key);
     CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    // 13: eval results (`agentrun eval`): an eval, and one row per task × model ×
+    // repeat naming its run and, once scored, its result (JSON), so a killed eval
+    // resumes from what it has.
+    r#"
+    CREATE TABLE evals (
+        name        TEXT PRIMARY KEY,
+        suite       TEXT NOT NULL,
+        plan        TEXT NOT NULL,
+        created_at  INTEGER NOT NULL,
+        finished_at INTEGER
+    );
+    CREATE TABLE eval_runs (
+        eval   TEXT NOT NULL REFERENCES evals(name),
+        task   TEXT NOT NULL,
+        model  TEXT NOT NULL,
+        rep    INTEGER NOT NULL,
+        run_id TEXT,
+        result TEXT,
+        PRIMARY KEY (eval, task, model, rep)
+    );
     "#,
 ];
 

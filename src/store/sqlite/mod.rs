@@ -38,6 +38,7 @@ mod cancel;
 mod check;
 mod conn;
 mod escalations;
+mod evals;
 mod fork;
 mod group;
 mod journal;

@@ -3,3 +3,4 @@
 //! against models (`suites`).
 
 mod replay;
+mod suites;
