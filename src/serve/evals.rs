@@ -13,7 +13,7 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 /// `/evals`.
-pub async fn list(State(app): State<Arc<App>>, _r: Reviewer) -> Response {
+pub async fn list(State(app): State<Arc<App>>, r: Reviewer) -> Response {
     let evals = match app.store.evals() {
         Ok(e) => e,
         Err(e) => return store_error(&e),
@@ -43,11 +43,11 @@ pub async fn list(State(app): State<Arc<App>>, _r: Reviewer) -> Response {
         }
         b.push_str("</tbody></table>");
     }
-    Html(html::page("Evals", Tab::None, &b)).into_response()
+    Html(html::page("Evals", Tab::None, Some(&r.0), &b)).into_response()
 }
 
 /// `/evals/{name}`.
-pub async fn page(State(app): State<Arc<App>>, _r: Reviewer, Path(name): Path<String>) -> Response {
+pub async fn page(State(app): State<Arc<App>>, r: Reviewer, Path(name): Path<String>) -> Response {
     let row = match app.store.eval(&name) {
         Ok(Some(r)) => r,
         Ok(None) => return error_page(StatusCode::NOT_FOUND, &format!("no eval `{name}`")),
@@ -96,7 +96,13 @@ pub async fn page(State(app): State<Arc<App>>, _r: Reviewer, Path(name): Path<St
         );
     }
     b.push_str("</tbody></table>");
-    Html(html::page(&format!("Eval {name}"), Tab::None, &b)).into_response()
+    Html(html::page(
+        &format!("Eval {name}"),
+        Tab::None,
+        Some(&r.0),
+        &b,
+    ))
+    .into_response()
 }
 
 /// A name as one path segment.
