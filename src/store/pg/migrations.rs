@@ -201,6 +201,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX limit_holds_by_key ON limit_holds (key);
     CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    "#,
     // 10: eval results (as SQLite's migration 13).
     r#"
     CREATE TABLE evals (

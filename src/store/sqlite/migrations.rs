@@ -231,6 +231,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX limit_holds_by_key ON limit_holds (key);
     CREATE INDEX limit_holds_by_run ON limit_holds (run_id);
+    "#,
     // 13: eval results (`agentrun eval`): an eval, and one row per task × model ×
     // repeat naming its run and, once scored, its result (JSON), so a killed eval
     // resumes from what it has.
