@@ -333,7 +333,7 @@ fn targets(cfg: &NotifyConfig, event_id: &str) -> (Vec<ToolDef>, Vec<String>) {
                 output_cap: 4096,
                 // The user's own notifier (it must reach the network), not a tool
                 // the model chose: unconfined, as docs/security.md says.
-                sandbox: Default::default(),
+                sandbox: crate::config::Sandbox::off(),
             }),
         ));
     }

@@ -189,6 +189,8 @@ pub fn prepare_start(opts: &StartOptions) -> Result<Prepared, SetupError> {
     let (tools_toml, prompts, cfg) = match &tools_path {
         Some(p) => {
             let (mut cfg, text) = config::load(p)?;
+            // Hidden from every sandboxed child, the MCP servers discovery starts first.
+            crate::tools::sandbox::protect_file(p);
             // Before discovery starts the MCP servers (issue 23: spawned without fork).
             crate::tools::spawn::resolve_programs(&mut cfg);
             let dir = p.parent().unwrap_or(Path::new("."));
@@ -366,6 +368,7 @@ pub(crate) fn resolve_with(
 ) -> Result<Resolved, SetupError> {
     let tools_path = PathBuf::from(&snapshot.tools_path);
     let mut tools = config::parse(&snapshot.tools_toml, &tools_path)?;
+    crate::tools::sandbox::protect_file(&tools_path);
     // Once per run: no step searches PATH, nor forks for the child to (issue 23).
     crate::tools::spawn::resolve_programs(&mut tools);
     let pool = if tools.mcp.is_empty() {

@@ -25,6 +25,7 @@ pub const KINDS: [&str; 3] = [
 pub struct Setup {
     cwd: PathBuf,
     tmp: PathBuf,
+    db: PathBuf,
     home: Option<PathBuf>,
 }
 
@@ -32,10 +33,12 @@ impl Setup {
     pub fn new(root: &Path) -> Setup {
         let cwd = root.join("spawn-sandboxed");
         let tmp = cwd.join("tmp");
+        let db = cwd.join(".agentrun/agentrun.db");
         std::fs::create_dir_all(&tmp).expect("create the sandboxed spawn's folders");
         Setup {
             cwd,
             tmp,
+            db,
             home: std::env::var_os("HOME").map(PathBuf::from),
         }
     }
@@ -53,8 +56,10 @@ impl Setup {
         let places = Places {
             cwd: &self.cwd,
             tmp: Some(&self.tmp),
-            // The bench keeps each database in its project folder, as here.
-            db: Some(&self.cwd),
+            // The database in its own folder inside the project, as `agentrun init`
+            // lays it out.
+            db: Some(&self.db),
+            files: &[],
             home: self.home.as_deref(),
         };
         // A sandboxed command tool always dies with agentrun (tools::command).
@@ -81,13 +86,9 @@ impl Setup {
         })
     }
 
-    /// Median (ms) of the trampoline's walk to the credential stores.
+    /// Median (ms) of the walk that grants reads everywhere but `/dev`.
     pub fn walk_ms(&self, reps: usize) -> f64 {
-        let deny = self
-            .policy(1)
-            .fs
-            .expect("workspace has file rules")
-            .deny_read;
+        let deny = [PathBuf::from("/dev")];
         median_of(reps, || {
             std::hint::black_box(readable_roots(&deny));
         })

@@ -305,6 +305,18 @@ impl Cli {
     }
 }
 
+/// Hides the database and the config file from every sandboxed child, as soon as
+/// they are known: before any command can start a tool, hook or MCP server.
+fn protect(settings: &settings::Settings) {
+    let db = &settings.db;
+    if !db.to_str().is_some_and(crate::store::is_postgres_url) {
+        crate::tools::sandbox::protect_database(db);
+    }
+    if let Some(config) = &settings.config {
+        crate::tools::sandbox::protect_file(config);
+    }
+}
+
 /// Opens the store; `create` only for commands that start runs.
 fn open_store(path: &Path, create: bool) -> anyhow::Result<Store> {
     warn_password_in_argv(path);
@@ -395,6 +407,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<Exit> {
         if let Some(n) = cli.settings.db_pool {
             crate::store::set_pool_size(n as usize);
         }
+        protect(&cli.settings);
     }
     // Notification events a crashed process left pending go out while this command
     // works (issue 24); what this command caused goes out after it. Neither holds the

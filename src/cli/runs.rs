@@ -724,6 +724,9 @@ pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<St
     let events = store.events(id)?;
     let escalations = store.escalations_for_run(id)?;
     let models = models(store, id);
+    // The same header as the streamed `runs show`, the sandbox line included.
+    let mut spend = header_fields(store, id);
+    spend.extend(sandbox_field(store, id));
     let view = transcript::RunView {
         row: &row,
         messages: &messages,
@@ -732,7 +735,7 @@ pub fn render_text(store: &Store, id: &RunId, style: Style) -> anyhow::Result<St
         escalations: &escalations,
         models: &models,
         stale: is_stale(&row),
-        spend: &header_fields(store, id),
+        spend: &spend,
     };
     let sent = transcript::render_sent(&store.sent_messages(id)?, row.status, style);
     Ok(transcript::render(&view, style) + &sent)

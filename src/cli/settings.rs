@@ -70,6 +70,8 @@ pub struct Settings {
     /// PostgreSQL connections per process, from `AGENTRUN_DB_POOL` or `db_pool` (the
     /// `--db-pool` flag is applied over it by [`load`]).
     pub db_pool: Option<u32>,
+    /// The config file read, if any (hidden from sandboxed children).
+    pub config: Option<PathBuf>,
 }
 
 /// Reads the process environment and current folder.
@@ -143,6 +145,7 @@ pub fn resolve(
         tools,
         notify,
         db_pool,
+        config: config_path,
     })
 }
 

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 pub struct Env<'a> {
     pub var: &'a dyn Fn(&str) -> Option<OsString>,
     pub kernel: Support,
+    /// The SQLite database in use (its place decides what a sandbox may hold).
+    pub db: Option<PathBuf>,
 }
 
 impl Env<'static> {
@@ -27,78 +29,12 @@ impl Env<'static> {
         Env {
             var: &|name| std::env::var_os(name),
             kernel: Support::probe(),
+            db: super::own_files::database(),
         }
     }
 }
 
-/// What this kernel offers, read once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Support {
-    /// The Landlock ABI version; 0 when Landlock is missing or disabled.
-    pub landlock_abi: i32,
-    pub seccomp: bool,
-}
-
-impl Support {
-    pub fn probe() -> Support {
-        static ONCE: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
-        *ONCE.get_or_init(|| Support {
-            landlock_abi: landlock_abi(),
-            seccomp: seccomp_available(),
-        })
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn landlock_abi() -> i32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a null attribute pointer and size 0 this only returns the version.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<u8>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    i32::try_from(v).unwrap_or(0).max(0)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn landlock_abi() -> i32 {
-    0
-}
-
-#[cfg(target_os = "linux")]
-fn seccomp_available() -> bool {
-    // SAFETY: PR_GET_SECCOMP takes no pointers; it fails with EINVAL when the kernel
-    // was built without seccomp.
-    let on = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
-    on && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn seccomp_available() -> bool {
-    false
-}
-
-/// What this kernel lacks to enforce `sandbox`, in words for a person; `None` when
-/// everything it asks for is enforceable (DESIGN §7: never a silent no-op).
-pub fn sandbox_missing(sandbox: &Sandbox, support: Support) -> Option<String> {
-    let mut lacks = Vec::new();
-    if sandbox.mode != SandboxMode::Off && support.landlock_abi < 1 {
-        lacks.push(if cfg!(target_os = "linux") {
-            "Landlock (Linux 5.13 or later, enabled at boot: `lsm=…,landlock`; \
-             `cat /sys/kernel/security/lsm` lists the active ones)"
-        } else {
-            "Landlock (the sandbox is Linux-only so far)"
-        });
-    }
-    if !sandbox.network && !support.seccomp {
-        lacks.push("seccomp filters (for `network = false`)");
-    }
-    (!lacks.is_empty()).then(|| lacks.join(" and "))
-}
+pub use super::kernel::{Support, sandbox_missing};
 
 /// Interpreters people type; a name on PATH within two edits of a missing one is
 /// offered as "did you mean".
@@ -148,7 +84,7 @@ pub fn check(
                 for m in command_problems(&spec.argv, &spec.cwd, env) {
                     problem(m);
                 }
-                if let Some(m) = sandbox_problem(&spec.sandbox, env) {
+                for m in sandbox_problems(spec, env) {
                     problem(m);
                 }
             }
@@ -179,15 +115,13 @@ fn hook_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigE
     for (event, hooks) in &cfg.hooks.by_event {
         for (i, hook) in hooks.iter().enumerate() {
             let spec = &hook.command;
-            out.extend(
-                command_problems(&spec.argv, &spec.cwd, env)
-                    .into_iter()
-                    .map(|m| ConfigError {
-                        file: origin.to_path_buf(),
-                        tool: None,
-                        message: format!("hooks.{}[{i}].{m}", event.key()),
-                    }),
-            );
+            let mut problems = command_problems(&spec.argv, &spec.cwd, env);
+            problems.extend(sandbox_problems(spec, env));
+            out.extend(problems.into_iter().map(|m| ConfigError {
+                file: origin.to_path_buf(),
+                tool: None,
+                message: format!("hooks.{}[{i}].{m}", event.key()),
+            }));
         }
     }
     out
@@ -200,7 +134,7 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
         let messages = match &server.transport {
             McpTransport::Stdio(spec) => {
                 let mut m = command_problems(&spec.argv, &spec.cwd, env);
-                m.extend(sandbox_problem(&spec.sandbox, env));
+                m.extend(sandbox_problems(spec, env));
                 m
             }
             McpTransport::Http { headers, .. } => headers
@@ -221,6 +155,24 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
             message: format!("mcp.{name}.{m}"),
         }));
     }
+    out
+}
+
+/// A child's sandbox: enforceable on this kernel, and holding nothing it must not
+/// (DESIGN §8: no credential store under a folder it may write, nor the folder of the
+/// database itself).
+fn sandbox_problems(spec: &super::CommandSpec, env: &Env<'_>) -> Vec<String> {
+    let mut out: Vec<String> = sandbox_problem(&spec.sandbox, env).into_iter().collect();
+    if spec.sandbox.mode == SandboxMode::Off {
+        return out;
+    }
+    let home = (env.var)("HOME").map(PathBuf::from);
+    out.extend(super::layout::problems(
+        &spec.sandbox,
+        &spec.cwd,
+        home.as_deref(),
+        env.db.as_deref(),
+    ));
     out
 }
 
@@ -543,31 +495,13 @@ mod tests {
     use super::*;
 
     /// A kernel with every sandbox feature, so tests do not depend on this machine's.
-    const FULL_KERNEL: Support = Support {
-        landlock_abi: 7,
-        seccomp: true,
-    };
-
-    #[test]
-    fn a_kernel_without_landlock_is_named_as_sandbox_missing() {
-        let sb = Sandbox {
-            mode: SandboxMode::Workspace,
-            writable: Vec::new(),
-            network: false,
-        };
-        let none = Support {
-            landlock_abi: 0,
-            seccomp: false,
-        };
-        let why = sandbox_missing(&sb, none).unwrap();
-        assert!(why.contains("Landlock") && why.contains("seccomp"), "{why}");
-        assert_eq!(sandbox_missing(&Sandbox::default(), none), None);
-    }
+    const FULL_KERNEL: Support = Support::FULL;
 
     fn no_env() -> Env<'static> {
         Env {
             var: &|_| None,
             kernel: FULL_KERNEL,
+            db: None,
         }
     }
 
@@ -583,6 +517,7 @@ mod tests {
         let env = Env {
             var: &|n| (n == "SET").then(|| OsString::from("x")),
             kernel: FULL_KERNEL,
+            db: None,
         };
         assert_eq!(
             unset_vars("Bearer ${TOKEN} ${SET} ${TOKEN}", &env),

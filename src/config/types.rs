@@ -131,12 +131,12 @@ impl ToolsConfig {
 /// `sandbox = "workspace" | "read-only" | "off"` (issue 22, DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxMode {
-    /// Runs with all of the user's rights (the default for a tools.toml that does not
-    /// say, so configs written before the sandbox keep working).
-    #[default]
+    /// Runs with all of the user's rights: only when the config says so.
     Off,
-    /// Reads everywhere except credential stores; writes in the tool's folder, a
-    /// per-call temp dir and `writable`.
+    /// Reads everywhere except credential stores and agentrun's own files; writes in
+    /// the tool's folder, a per-call temp dir and `writable`. The default for a
+    /// command tool, hook or stdio MCP server whose config does not say (DESIGN §8).
+    #[default]
     Workspace,
     /// As `Workspace`, but no writes in the tool's folder.
     ReadOnly,
@@ -175,9 +175,19 @@ pub struct Sandbox {
 impl Default for Sandbox {
     fn default() -> Self {
         Sandbox {
-            mode: SandboxMode::Off,
+            mode: SandboxMode::Workspace,
             writable: Vec::new(),
             network: true,
+        }
+    }
+}
+
+impl Sandbox {
+    /// No confinement at all (`sandbox = "off"`).
+    pub fn off() -> Sandbox {
+        Sandbox {
+            mode: SandboxMode::Off,
+            ..Sandbox::default()
         }
     }
 }

@@ -143,7 +143,7 @@ impl CallTemp {
         if spec.sandbox.mode == crate::config::SandboxMode::Off {
             return None;
         }
-        let dir = std::env::temp_dir().join(format!("agentrun-call-{}", safe_name(key)));
+        let dir = call_parent().join(format!("agentrun-call-{}", safe_name(key)));
         match make_private(&dir) {
             Ok(()) => Some(CallTemp(dir)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_own_private(&dir) => {
@@ -165,7 +165,7 @@ impl CallTemp {
                 safe_name(key),
                 rand::random::<u64>()
             );
-            let dir = std::env::temp_dir().join(name);
+            let dir = call_parent().join(name);
             make_private(&dir).ok().map(|()| CallTemp(dir))
         })
     }
@@ -184,6 +184,20 @@ impl CallTemp {
 
     fn remove(self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where call temp dirs are made: one root per user, which every sandboxed child sees
+/// empty but for its own (docs/security.md, Sandbox) — when that root is this user's
+/// own and private; else the system's temp dir.
+fn call_parent() -> std::path::PathBuf {
+    let root = sandbox::temp_root();
+    match make_private(&root) {
+        Ok(()) => root,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_own_private(&root) => {
+            root
+        }
+        Err(_) => std::env::temp_dir(),
     }
 }
 
@@ -876,7 +890,7 @@ mod tests {
     fn a_planted_temp_dir_is_never_reused_and_hooks_get_fresh_private_ones() {
         use std::os::unix::fs::PermissionsExt;
         let key = format!("planted-{:016x}", rand::random::<u64>());
-        let planted = std::env::temp_dir().join(format!("agentrun-call-{key}"));
+        let planted = call_parent().join(format!("agentrun-call-{key}"));
         std::fs::create_dir(&planted).unwrap();
         std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
         let tmp = CallTemp::for_sandbox(&sandboxed(), &key).expect("a temp dir");

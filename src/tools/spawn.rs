@@ -32,6 +32,10 @@ pub enum SpawnError {
     /// The sandbox could not be set up (agentrun cannot find its own executable).
     #[error("{0}")]
     Trampoline(String),
+    /// The program is not there: said before the trampoline starts, as a direct
+    /// spawn would say it.
+    #[error("{0}")]
+    Missing(String),
 }
 
 /// A child ready to start: the caller sets its stdio (and `kill_on_drop`) and spawns.
@@ -59,13 +63,20 @@ pub fn command(
         None => resolve(spec, std::env::var_os("PATH").as_deref())?,
     };
     let env = child_env(std::env::vars_os(), spec);
-    let mut cmd = match super::trampoline::policy(spec, before) {
+    let policy = super::trampoline::policy(spec, before);
+    // A confined child starts a session of its own in the trampoline (no terminal),
+    // which makes it its group's leader too; `setsid` fails for one that already is.
+    let own_group = !policy.as_ref().is_some_and(|p| p.confined);
+    let mut cmd = match policy {
         None => {
             let mut cmd = tokio::process::Command::new(program);
             cmd.arg0(arg0).args(&spec.argv[1..]);
             cmd
         }
         Some(policy) => {
+            if let Err(e) = std::fs::metadata(&program) {
+                return Err(SpawnError::Missing(e.to_string()));
+            }
             let (me, argv) = super::trampoline::wrap(&policy, &program, arg0, &spec.argv[1..])
                 .map_err(SpawnError::Trampoline)?;
             let mut cmd = tokio::process::Command::new(me);
@@ -76,8 +87,10 @@ pub fn command(
     cmd.current_dir(&spec.cwd)
         .env_clear()
         .envs(env.vars.iter().map(|(k, v)| (k, v)))
-        .envs(extra.iter().copied())
-        .process_group(0);
+        .envs(extra.iter().copied());
+    if own_group {
+        cmd.process_group(0);
+    }
     if let Some(tmp) = before.tmp {
         cmd.env("TMPDIR", tmp);
     }

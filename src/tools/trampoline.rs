@@ -20,10 +20,18 @@ use std::path::{Path, PathBuf};
 /// The reserved first argument. Not a subcommand: clap never sees it.
 pub const ARG: &str = "__exec-tool";
 
+static ME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+
 /// agentrun's own executable, resolved once.
 fn me() -> Option<&'static Path> {
-    static ME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     ME.get_or_init(|| std::env::current_exe().ok()).as_deref()
+}
+
+/// Makes `program` (an agentrun executable) the trampoline instead of this process's
+/// own executable: for a program that links agentrun's library but is not agentrun —
+/// a test binary running tools in process. Only before the first sandboxed spawn.
+pub fn use_program(program: &Path) {
+    let _ = ME.set(Some(program.to_path_buf()));
 }
 
 /// The program and arguments that run `program` (as `argv0`, with `args`) under
@@ -45,10 +53,13 @@ pub fn wrap(
 /// done before it execs (then it is spawned directly).
 pub fn policy(spec: &CommandSpec, before: Before<'_>) -> Option<Policy> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let db = sandbox::database();
+    let files = sandbox::protected_files();
     let places = sandbox::Places {
         cwd: &spec.cwd,
         tmp: before.tmp,
-        db: sandbox::database(),
+        db: db.as_deref(),
+        files: &files,
         home: home.as_deref(),
     };
     Policy::new(&spec.sandbox, &places, before)
@@ -79,6 +90,12 @@ fn trampoline(mut args: std::env::ArgsOs) -> i32 {
     let args: Vec<OsString> = args.collect();
     if policy.supervise {
         // An MCP server: a supervisor stays, and the server starts in its child.
+        if policy.confined {
+            // The supervisor leads the session its server's is made from (spawned
+            // confined, it is no group's leader yet, so this cannot fail).
+            // SAFETY: setsid takes nothing.
+            unsafe { libc::setsid() };
+        }
         let server = Policy {
             die_with_parent: false,
             supervise: false,

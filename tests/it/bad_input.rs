@@ -210,7 +210,7 @@ fn a_non_sqlite_database_is_reported_and_left_untouched() {
     p.write("script.json", GOOD_SCRIPT);
     p.write("task.md", GOOD_TASK);
     let junk = "this is not a database, it is a grocery list\n".repeat(200);
-    std::fs::write(p.db(), &junk).unwrap();
+    p.write_db(&junk);
     for args in [&["start", "task.md"][..], &["runs", "list"][..]] {
         let r = p.run(args);
         r.expect_code(2);

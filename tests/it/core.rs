@@ -23,6 +23,8 @@ description = "Does one step of work"
 input_schema = { type = "object", properties = { i = { type = "integer" } }, required = ["i"] }
 command = ["sh", "step.sh"]
 idempotent = true
+# The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.
+sandbox = "off"
 "#;
 
 fn fifty_step_project() -> Project {

@@ -562,7 +562,9 @@ fn a_lost_outcome_is_escalated_and_a_persons_account_goes_to_the_model() {
     // A non-idempotent tool that kills agentrun after its side effect: the outcome is lost.
     let p = Project::new();
     p.script("send.sh", "#!/bin/sh\ncat > /dev/null\necho sent >> sent.log\nif [ ! -f crashed ]; then touch crashed; kill -9 \"$PPID\"; fi\necho '\"sent\"'\n");
-    p.write("tools.toml", "[tools.send]\ndescription = \"s\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"send.sh\"]\n");
+    p.write("tools.toml", "[tools.send]\ndescription = \"s\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"send.sh\"]\n\
+         # The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.\n\
+         sandbox = \"off\"\n");
     p.model_script(json!([call("send", json!({})), text("done")]));
     p.task("", "Send it.");
     p.run(&["start", "task.md"]);

@@ -218,7 +218,11 @@ fn a_fork_with_model_and_tools_runs_with_the_new_config_and_says_so() {
             "v2 $AGENTRUN_CALL_ID\" >> ../effects.log",
         ),
     );
-    p.write("v2/tools.toml", TOOLS);
+    // It logs its effects in the project, above its own folder.
+    p.write(
+        "v2/tools.toml",
+        &TOOLS.replace("on_unknown", "writable = [\"..\"]\non_unknown"),
+    );
     let r = p.run(&[
         "runs",
         "fork",

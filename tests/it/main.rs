@@ -52,6 +52,7 @@ mod reading_runs;
 mod recovery_e2e;
 mod redaction;
 mod sandbox;
+mod sandbox_sealed;
 mod scale;
 mod spawn;
 mod steering;

@@ -77,14 +77,14 @@ fn a_missing_database_is_not_created_by_commands_that_only_read_it() {
 fn a_truncated_database_is_reported_as_damaged_and_left_untouched() {
     let (p, id) = with_history();
     let bytes = std::fs::read(p.db()).unwrap();
-    std::fs::write(p.db(), &bytes[..bytes.len() / 2]).unwrap();
+    p.write_db(&bytes[..bytes.len() / 2]);
     each_command_is_refused(&p, &id, "is damaged");
 }
 
 #[test]
 fn a_file_that_is_not_sqlite_is_reported_and_left_untouched() {
     let (p, id) = with_history();
-    std::fs::write(p.db(), "name,qty\napples,3\n".repeat(300)).unwrap();
+    p.write_db("name,qty\napples,3\n".repeat(300));
     each_command_is_refused(&p, &id, "is not an agentrun database");
 }
 

@@ -140,7 +140,9 @@ fn blocking_lookup(p: &Project, want: usize) {
     );
     p.fast_tools(&TOOLS.replace(
         r#"command = ["sh", "-c", "cat >> lookups.log; echo >> lookups.log; echo '{\"fact\": \"42\"}'"]"#,
-        r#"command = ["sh", "lookup.sh"]"#,
+        "command = [\"sh\", \"lookup.sh\"]\n\
+         # The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.\n\
+         sandbox = \"off\"",
     ));
 }
 
@@ -389,7 +391,9 @@ fn cancel_on(db: &Db) {
     );
     p.fast_tools(&TOOLS.replace(
         r#"command = ["sh", "-c", "cat >> lookups.log; echo >> lookups.log; echo '{\"fact\": \"42\"}'"]"#,
-        r#"command = ["sh", "lookup.sh"]"#,
+        "command = [\"sh\", \"lookup.sh\"]\n\
+         # The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.\n\
+         sandbox = \"off\"",
     ));
     let running = p
         .command(&["start", "task.md", "--json"])

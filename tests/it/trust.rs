@@ -207,7 +207,9 @@ fn key_project() -> Project {
     );
     p.fast_tools(
         "[tools.pay]\ndescription = \"pay\"\ninput_schema = { type = \"object\" }\n\
-         command = [\"sh\", \"pay.sh\"]\nidempotent = true\n",
+         command = [\"sh\", \"pay.sh\"]\nidempotent = true\n\
+         # The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.\n\
+         sandbox = \"off\"\n",
     );
     p.model_script(json!([calls("pay", 1), {"text": "paid"}]));
     p.task("", "Pay.");

@@ -135,12 +135,21 @@ impl Project {
         self.dir.path()
     }
 
-    /// The `--db` value: the SQLite file, or the PostgreSQL URL.
+    /// The `--db` value: the SQLite file, or the PostgreSQL URL. In a folder of its
+    /// own inside the project, as `agentrun init` lays it out: beside tools.toml a
+    /// sandboxed tool could write it, and `start` refuses that.
     pub fn db(&self) -> PathBuf {
         match &self.pg {
             Some(url) => PathBuf::from(url),
-            None => self.path().join("runs.db"),
+            None => self.path().join(".agentrun/runs.db"),
         }
+    }
+
+    /// Writes `bytes` where the database goes, creating its folder.
+    pub fn write_db(&self, bytes: impl AsRef<[u8]>) {
+        let db = self.db();
+        std::fs::create_dir_all(db.parent().expect("db folder")).expect("db folder");
+        std::fs::write(db, bytes).expect("write db");
     }
 
     /// Writes a file relative to the project, creating folders.
@@ -271,7 +280,8 @@ impl Project {
     pub fn db_bytes(&self) -> Vec<u8> {
         let name = self.db().file_name().expect("db name").to_os_string();
         let mut bytes = Vec::new();
-        for entry in std::fs::read_dir(self.path()).expect("read project dir") {
+        let dir = self.db().parent().expect("db folder").to_path_buf();
+        for entry in std::fs::read_dir(&dir).expect("read the database folder") {
             let entry = entry.expect("dir entry");
             if entry
                 .file_name()
@@ -281,7 +291,7 @@ impl Project {
                 bytes.extend(std::fs::read(entry.path()).expect("read db file"));
             }
         }
-        assert!(!bytes.is_empty(), "no database files in {:?}", self.path());
+        assert!(!bytes.is_empty(), "no database files in {dir:?}");
         bytes
     }
 }
@@ -358,7 +368,9 @@ pub fn blocked_run_on(db: &Db) -> (Project, String) {
     );
     p.write(
         "tools.toml",
-        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n",
+        "[tools.slow]\ndescription = \"slow\"\ninput_schema = { type = \"object\" }\ncommand = [\"sh\", \"slow.sh\"]\nidempotent = true\n\
+         # The tool kills agentrun (its parent) to stand for a crash: a sandboxed tool may not.\n\
+         sandbox = \"off\"\n",
     );
     p.model_script(serde_json::json!([{"tool_calls": [{"name": "slow"}]}, {"text": "done"}]));
     p.task("", "Be slow.");

@@ -105,6 +105,9 @@ pub struct Harness {
 
 impl Harness {
     pub fn new() -> Harness {
+        // Tools start sandboxed (the default) through agentrun's trampoline, which
+        // this test binary is not.
+        agentrun::tools::trampoline::use_program(&crate::common::bin());
         Harness {
             dir: tempfile::tempdir().expect("tempdir"),
             clock: FakeClock::new(0),
