@@ -315,6 +315,9 @@ fn protect(settings: &settings::Settings) {
     if let Some(config) = &settings.config {
         crate::tools::sandbox::protect_file(config);
     }
+    if let Some(mode) = settings.sandbox {
+        crate::config::set_base_sandbox(mode);
+    }
 }
 
 /// Opens the store; `create` only for commands that start runs.

@@ -40,6 +40,9 @@ struct ConfigFile {
     notify: Option<toml::Value>,
     /// PostgreSQL connections per process (issue 25).
     db_pool: Option<u32>,
+    /// The sandbox of tools whose tools.toml does not name one, on this machine
+    /// (`"off"` where the kernel cannot sandbox: docs/security.md, Sandbox).
+    sandbox: Option<String>,
 }
 
 /// The config file's `[notify]`, checked, as a run's snapshot keeps it.
@@ -72,6 +75,8 @@ pub struct Settings {
     pub db_pool: Option<u32>,
     /// The config file read, if any (hidden from sandboxed children).
     pub config: Option<PathBuf>,
+    /// The config file's `sandbox`: the mode of tools whose tools.toml names none.
+    pub sandbox: Option<crate::config::SandboxMode>,
 }
 
 /// Reads the process environment and current folder.
@@ -129,6 +134,15 @@ pub fn resolve(
         })?),
         None => file.db_pool,
     };
+    let sandbox = match (&file.sandbox, &config_path) {
+        (Some(v), Some(p)) => Some(crate::config::SandboxMode::parse(v).ok_or_else(|| {
+            BadInput(format!(
+                "{}: sandbox = {v:?}: must be \"workspace\", \"read-only\" or \"off\"",
+                p.display()
+            ))
+        })?),
+        _ => None,
+    };
     if let (Some(n), Some(p)) = (db_pool, &config_path)
         && !(1..=MAX_POOL).contains(&n)
     {
@@ -146,6 +160,7 @@ pub fn resolve(
         notify,
         db_pool,
         config: config_path,
+        sandbox,
     })
 }
 

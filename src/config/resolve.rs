@@ -38,7 +38,7 @@ pub fn resolve(raw: RawFile, origin: &Path, sink: &mut Sink) -> ToolsConfig {
             .unwrap_or(false),
         sandbox: sandbox(
             &sandbox_keys,
-            &Sandbox::default(),
+            &Sandbox::base(),
             &cwd,
             Where::Section("defaults"),
             sink,

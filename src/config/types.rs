@@ -182,7 +182,26 @@ impl Default for Sandbox {
     }
 }
 
+/// The mode a tools.toml that does not name `sandbox` gets: `workspace`, unless the
+/// person's config file says otherwise for this machine (`sandbox = "off"` where the
+/// kernel cannot sandbox). Set once by the command layer, before any tools.toml is read.
+static BASE_MODE: std::sync::OnceLock<SandboxMode> = std::sync::OnceLock::new();
+
+/// Sets [`Sandbox::base`]'s mode for this process (the first call wins).
+pub fn set_base_sandbox(mode: SandboxMode) {
+    let _ = BASE_MODE.set(mode);
+}
+
 impl Sandbox {
+    /// What `[defaults]` starts from: [`Sandbox::default`] in the mode this process
+    /// was told ([`set_base_sandbox`]).
+    pub fn base() -> Sandbox {
+        Sandbox {
+            mode: BASE_MODE.get().copied().unwrap_or_default(),
+            ..Sandbox::default()
+        }
+    }
+
     /// No confinement at all (`sandbox = "off"`).
     pub fn off() -> Sandbox {
         Sandbox {

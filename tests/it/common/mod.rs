@@ -112,23 +112,46 @@ pub fn path_with_bin() -> String {
     )
 }
 
+/// Whether this kernel can enforce the default sandbox. Where it cannot, every
+/// project's tools run with `sandbox = "off"` (its `.agentrun/config.toml` says so, as
+/// a person on such a machine would), the sandbox's own tests skip, and one line says
+/// so; CI (`AGENTRUN_TEST_REQUIRE_PEERS`) requires it.
+pub fn can_sandbox() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        let k = agentrun::config::preflight::Support::probe();
+        let missing = agentrun::config::preflight::sandbox_missing(&Default::default(), k);
+        if let Some(why) = &missing {
+            assert!(
+                std::env::var_os("AGENTRUN_TEST_REQUIRE_PEERS").is_none(),
+                "AGENTRUN_TEST_REQUIRE_PEERS is set but this kernel cannot sandbox: {why}"
+            );
+            eprintln!("skipped: the sandbox (this kernel lacks {why}); tools run unsandboxed");
+        }
+        missing.is_none()
+    })
+}
+
 impl Project {
     pub fn new() -> Project {
-        Project {
+        let p = Project {
             dir: tempfile::tempdir().expect("tempdir"),
             pg: None,
+        };
+        if !can_sandbox() {
+            p.write(".agentrun/config.toml", "sandbox = \"off\"\n");
         }
+        p
     }
 
     /// A project whose database is on `db`.
     pub fn on(db: &Db) -> Project {
-        Project {
-            dir: tempfile::tempdir().expect("tempdir"),
-            pg: match db {
-                Db::Sqlite => None,
-                Db::Pg(url) => Some(fresh_pg_schema(url)),
-            },
-        }
+        let mut p = Project::new();
+        p.pg = match db {
+            Db::Sqlite => None,
+            Db::Pg(url) => Some(fresh_pg_schema(url)),
+        };
+        p
     }
 
     pub fn path(&self) -> &Path {

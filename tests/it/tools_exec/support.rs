@@ -108,6 +108,9 @@ impl Harness {
         // Tools start sandboxed (the default) through agentrun's trampoline, which
         // this test binary is not.
         agentrun::tools::trampoline::use_program(&crate::common::bin());
+        if !crate::common::can_sandbox() {
+            agentrun::config::set_base_sandbox(agentrun::config::SandboxMode::Off);
+        }
         Harness {
             dir: tempfile::tempdir().expect("tempdir"),
             clock: FakeClock::new(0),
@@ -145,7 +148,7 @@ impl Harness {
                 inherit_all: false,
                 cwd: self.path().to_path_buf(),
                 output_cap: DEFAULT_OUTPUT_CAP,
-                sandbox: Default::default(),
+                sandbox: agentrun::config::Sandbox::base(),
             }),
         )
     }
