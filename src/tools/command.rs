@@ -194,9 +194,7 @@ fn call_parent() -> std::path::PathBuf {
     let root = sandbox::temp_root();
     match make_private(&root) {
         Ok(()) => root,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_own_private(&root) => {
-            root
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && is_own_private(&root) => root,
         Err(_) => std::env::temp_dir(),
     }
 }
