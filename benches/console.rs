@@ -8,7 +8,7 @@
 //! the repetitions; worker start-up is in both arms alike) and the ratio. The
 //! followers' updates are counted, to show they were following.
 
-// Benches print for people; only the binary goes through src/cli/out.rs.
+// Benches print for people; only the binary goes through src/out.rs.
 #![allow(clippy::disallowed_macros, clippy::disallowed_methods)]
 
 use std::io::{BufRead, BufReader, Read, Write};

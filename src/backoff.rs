@@ -24,7 +24,7 @@ pub fn delay(
     clock.jitter(ceiling)
 }
 
-/// What to do before the next attempt (DESIGN §3 Retries, issue 12 item 10).
+/// What to do before the next attempt (docs/ARCHITECTURE.md §3.3, issue 12 item 10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
     /// Wait this long, then try again.

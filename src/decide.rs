@@ -146,7 +146,7 @@ pub fn decide(
 }
 
 /// The person's text in `resolution`, and their name, with the secrets the run's
-/// config knows replaced, as everything else stored for the run is (DESIGN §5).
+/// config knows replaced, as everything else stored for the run is (docs/ARCHITECTURE.md §5).
 fn redacted(
     store: &Store,
     e: &EscalationRow,
@@ -193,7 +193,7 @@ fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> Result
     let def = cfg.tools.get(tool).ok_or_else(|| {
         DecideError::BadArgs(format!("tool {tool} is not in the run's tools.toml"))
     })?;
-    let problems = crate::tools::schema::validate(&def.input_schema, args);
+    let problems = crate::schema::validate(&def.input_schema, args);
     if !problems.is_empty() {
         return Err(DecideError::BadArgs(format!(
             "the arguments do not fit {tool}'s input_schema: {}",
@@ -201,14 +201,4 @@ fn check_modified_args(store: &Store, e: &EscalationRow, args: &Value) -> Result
         )));
     }
     Ok(())
-}
-
-/// A decision in words ("approved", "denied (reason)", …).
-pub fn describe(r: &Resolution) -> String {
-    match r {
-        Resolution::Approve => "approved".into(),
-        Resolution::Deny { reason } => format!("denied ({reason})"),
-        Resolution::Modify { args } => format!("approved with arguments {args}"),
-        Resolution::Reply { text } => format!("replied: {text}"),
-    }
 }

@@ -381,7 +381,7 @@ fn from_stdout(stdout: &str) -> Verdict {
 fn clip(s: String) -> String {
     if s.len() > MAX_REASON {
         // At a word boundary, as every cut for people (issue 27).
-        return crate::render::text::truncate(&s, MAX_REASON);
+        return crate::text::truncate(&s, MAX_REASON);
     }
     s
 }

@@ -1,5 +1,5 @@
 //! The one way agentrun builds an HTTP client (HTTP tools and model providers alike),
-//! so the redirect rule of DESIGN §3 holds everywhere (issue 12, item 4):
+//! so the redirect rule of docs/ARCHITECTURE.md §3.2 holds everywhere (issue 12, item 4):
 //!
 //! - a redirect to the same origin (scheme, host, port) is followed, at most
 //!   [`MAX_REDIRECTS`] times;

@@ -1,5 +1,5 @@
-//! Redaction (DESIGN §5, issue 12 item 5): every secret value agentrun knows is replaced
-//! by `[redacted]` before anything is journaled, shown or sent to the model.
+//! Redaction (docs/ARCHITECTURE.md §5, issue 12 item 5): every secret value agentrun knows is
+//! replaced by `[redacted]` before anything is journaled, shown or sent to the model.
 //!
 //! Which values are secrets is decided where they are used, because that is where they
 //! are known: an HTTP tool's attempt collects the values its `${VAR}` headers expanded
@@ -27,7 +27,8 @@ pub const REDACTED: &str = "[redacted]";
 /// Shorter values are not treated as secrets (see the module doc).
 pub const MIN_LEN: usize = 4;
 
-/// Substrings (upper-cased) that mark a variable name as holding a secret (DESIGN §3).
+/// Substrings (upper-cased) that mark a variable name as holding a secret (docs/ARCHITECTURE.md
+/// §3.1).
 pub const SECRET_MARKERS: [&str; 10] = [
     "KEY",
     "SECRET",

@@ -1,4 +1,4 @@
-//! The task file (DESIGN §2): Markdown with optional TOML front matter between `+++`.
+//! The task file (docs/ARCHITECTURE.md §2): Markdown with optional TOML front matter between `+++`.
 
 use crate::model::ModelSpec;
 use crate::model::output::{self, OutputSpec};

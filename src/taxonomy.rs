@@ -1,4 +1,5 @@
-//! The error taxonomy of DESIGN §4: every kind a failed call can end as, and its class.
+//! The error taxonomy of docs/ARCHITECTURE.md §4: every kind a failed call can end as, and its
+//! class.
 //!
 //! Classification lives here, in one match, so nothing else decides retryability.
 

@@ -9,7 +9,7 @@
 //! The kill schedule comes from a seeded RNG; the seed is printed at the end and on
 //! failure, and `AGENTRUN_SOAK_SEED` replays it (the timing, not the exact instants).
 
-// Tests and benches print for people; only the binary goes through src/cli/out.rs.
+// Tests and benches print for people; only the binary goes through src/out.rs.
 #![allow(clippy::disallowed_macros, clippy::disallowed_methods)]
 
 #[path = "it/common/mod.rs"]

@@ -10,7 +10,7 @@
 //! insert + commit, WAL, `synchronous=FULL` — measured repeatedly in the same run on
 //! the same disk.
 
-// Tests and benches print for people; only the binary goes through src/cli/out.rs.
+// Tests and benches print for people; only the binary goes through src/out.rs.
 #![allow(clippy::disallowed_macros, clippy::disallowed_methods)]
 
 mod fixture;

@@ -290,7 +290,7 @@ fn title_first(page: &str) -> String {
 /// Writes to stdout; a reader that stopped early (`| head`) is not an error.
 fn print_bytes(bytes: &[u8]) -> anyhow::Result<Exit> {
     use std::io::Write;
-    let mut out = super::out::stdout();
+    let mut out = crate::out::stdout();
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|e| anyhow::Error::new(e).context("cannot write to stdout"))?;

@@ -1,7 +1,7 @@
 //! `agentrun escalations`: the human queue — list, show a handover, record a decision.
 
 use super::{BadInput, Cli, Exit, open_store, output};
-use crate::decide::{self, allowed, describe};
+use crate::decide::{self, allowed};
 use crate::render::handover;
 use crate::render::table::{Column, Row, aligned};
 use crate::store::{EscalationId, EscalationRow, Facts, Resolution, Store};
@@ -202,7 +202,7 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
     // What a tool, a model or a server wrote is shown on one line each, without escape
     // sequences: it cannot colour itself like agentrun nor start a line that reads as
     // agentrun's own (`Decision: …`; issue 22).
-    use crate::render::text::one_line;
+    use crate::text::one_line;
     writeln!(o, "escalation {}  {}  {}", e.id, e.kind, e.status())?;
     writeln!(
         o,
@@ -233,7 +233,7 @@ fn show(cli: &Cli, store: &Store, id: i64) -> anyhow::Result<Exit> {
         writeln!(
             o,
             "\nDecision: {} by {} at {}",
-            one_line(&describe(r)),
+            one_line(&r.describe()),
             one_line(by),
             rfc3339(at)
         )?;
@@ -280,7 +280,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
             crate::errln!(
                 "agentrun: escalation {} resolved: {}",
                 e.id,
-                describe(&resolution)
+                resolution.describe()
             );
         }
         // A sub-agent's run is continued by resuming the run at the top, which resumes
@@ -301,7 +301,7 @@ fn resolve(cli: &Cli, store: &Store, args: &ResolveArgs) -> anyhow::Result<Exit>
         v["resolution"] = serde_json::to_value(&resolution)?;
         output::print_json(&v)?;
     } else {
-        crate::outln!("escalation {} resolved: {}", e.id, describe(&resolution))?;
+        crate::outln!("escalation {} resolved: {}", e.id, resolution.describe())?;
         // One next step, the true one: a queued run is a worker's to continue.
         if e.kind.pauses() && !requeued {
             crate::outln!(

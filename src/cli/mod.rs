@@ -11,7 +11,6 @@ mod limits;
 mod model_args;
 mod notify;
 mod operate;
-pub mod out;
 mod output;
 pub mod progress;
 mod queue;
@@ -30,7 +29,7 @@ use crate::store::{RunStatus, Store, StoreError};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
-/// Exit codes (DESIGN §1).
+/// Exit codes (docs/ARCHITECTURE.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Completed = 0,
@@ -284,12 +283,9 @@ fn error_json(kind: FailureKind, message: &str) -> serde_json::Value {
 pub fn report_error(err: &anyhow::Error, json: bool) -> Exit {
     // Provider and tool messages, an MCP server's stderr: untrusted text, shown
     // without its escape sequences (issue 22); --json keeps the data.
-    crate::errln!(
-        "agentrun: {}",
-        crate::render::text::plain(&format!("{err:#}"))
-    );
+    crate::errln!("agentrun: {}", crate::text::plain(&format!("{err:#}")));
     let exit = Exit::for_error(err);
-    if json && !out::stdout_written() {
+    if json && !crate::out::stdout_written() {
         let kind = match exit {
             Exit::BadInput => FailureKind::BadInput,
             _ => FailureKind::Failed,

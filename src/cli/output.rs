@@ -1,4 +1,4 @@
-//! JSON shapes of DESIGN §1 and the one-line summaries printed to stderr.
+//! JSON shapes of docs/ARCHITECTURE.md §1 and the one-line summaries printed to stderr.
 
 use crate::runner::RunOutcome;
 use crate::store::{JournalEntry, RunId, RunRow, Store, StoredEvent, StoredMessage};
@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::io::Write;
 
 pub fn print_json(v: &Value) -> anyhow::Result<()> {
-    let mut out = super::out::stdout();
+    let mut out = crate::out::stdout();
     serde_json::to_writer(&mut out, v)?;
     writeln!(out)?;
     Ok(())
@@ -19,8 +19,8 @@ pub fn print_json(v: &Value) -> anyhow::Result<()> {
 /// output-token limit) is `partial_answer`, so a script reading `answer` never takes
 /// it for one (issue 13).
 pub fn outcome_json(o: &RunOutcome) -> Value {
-    // `answer` is null when absent (DESIGN §1). A completed run has its answer; a budget
-    // stop reports what was done so far, the last assistant text (README). A run
+    // `answer` is null when absent (docs/ARCHITECTURE.md §1). A completed run has its answer; a
+    // budget stop reports what was done so far, the last assistant text (README). A run
     // waiting for a person or interrupted has none yet: the text it wrote is a step on
     // the way (e.g. "I'll send it now" beside a call awaiting approval), the same
     // whether `start` drove it or `resume` read it back. A failed run's cut-off text
@@ -261,11 +261,11 @@ pub fn write_run_detail_json(
 
 /// Writes a human view to stdout (a closed pipe, `runs list | head`, is not an error:
 /// [`super::out`]).
-/// The text is made terminal-safe first ([`crate::render::text::terminal_safe`]): what
+/// The text is made terminal-safe first ([`crate::text::terminal_safe`]): what
 /// a tool or a model wrote never reaches the terminal as escape sequences.
 pub fn print_out(text: &str) -> anyhow::Result<()> {
-    let text = crate::render::text::terminal_safe(text);
-    let mut out = super::out::stdout();
+    let text = crate::text::terminal_safe(text);
+    let mut out = crate::out::stdout();
     out.write_all(text.as_bytes())?;
     out.flush()?;
     Ok(())

@@ -13,10 +13,10 @@
 use crate::model::{Delta, LiveSink};
 use crate::render::Style;
 use crate::render::summary::final_line;
-use crate::render::text::controls_as_spaces;
 use crate::render::transcript::describe_event;
 use crate::runner::RunOutcome;
 use crate::runner::observe::{CallFinished, Notice, Observer, StepStart};
+use crate::text::controls_as_spaces;
 use crate::trace::TraceEvent;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use std::io::{IsTerminal, Write};
@@ -137,7 +137,7 @@ impl Progress {
                 // Our colours kept; other escapes go.
                 crate::errln!(
                     "{}",
-                    crate::render::text::terminal_safe(&final_line(o, Some(elapsed), live.style))
+                    crate::text::terminal_safe(&final_line(o, Some(elapsed), live.style))
                 );
             }
         }
@@ -271,7 +271,7 @@ fn call_line(c: &CallFinished) -> String {
 
 /// The money spent (and its budget), when the run prices its calls (issue 15).
 fn cost_part(s: &StepStart<'_>, sep: &str) -> String {
-    use crate::machine::state::usd;
+    use crate::money::usd;
     match s.max_cost {
         Some(max) => format!("{sep}{} of {}", usd(s.cost_usd), usd(max)),
         None if s.cost_usd > 0.0 => format!("{sep}{}", usd(s.cost_usd)),
@@ -377,7 +377,7 @@ impl LiveSink for Progress {
 }
 
 fn json_line(v: &serde_json::Value) {
-    let mut out = super::out::stdout();
+    let mut out = crate::out::stdout();
     // A closed stdout must not kill the run.
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
@@ -400,7 +400,7 @@ fn live_terminal() -> bool {
 /// sequence goes (issue 22).
 fn print_line(line: &str) {
     // A closed stderr must not kill the run.
-    crate::errln!("{}", crate::render::text::plain(line));
+    crate::errln!("{}", crate::text::plain(line));
 }
 
 /// Characters of a streamed line kept for the status line (more than any terminal
@@ -451,7 +451,7 @@ impl LiveState {
     /// When the whole does not fit, the step keeps only its number (tokens and cost
     /// go first), the streamed text its newest words, anything else is cut at a word.
     fn message(&self, cols: usize) -> String {
-        use crate::render::text::{tail, truncate, width};
+        use crate::text::{tail, truncate, width};
         let join = |step: Option<&str>, doing: &str| {
             [step, Some(doing)]
                 .into_iter()
@@ -501,7 +501,7 @@ impl Live {
 
     fn println(&self, line: &str) {
         // Untrusted text loses its escapes before our colours are added.
-        let line = self.paint(&crate::render::text::plain(line));
+        let line = self.paint(&crate::text::plain(line));
         match &*lock(&self.bar) {
             Some(bar) => bar.println(line),
             None => print_line(&line),
@@ -674,7 +674,7 @@ mod tests {
     /// number, what is happening and the newest words of the model's text.
     #[test]
     fn the_status_line_fits_a_narrow_terminal() {
-        use crate::render::text::width;
+        use crate::text::width;
         let cols = 60 - LIVE_FRAME;
         let mut st = LiveState {
             step: Some("step 12/30 · 118000/200000 tokens · $0.4100 of $5.00".into()),

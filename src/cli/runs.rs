@@ -1,5 +1,5 @@
 //! `agentrun runs …`: the stored runs, for people (tables and transcripts from
-//! [`crate::render`]) and for scripts (`--json`, DESIGN §1), and their upkeep
+//! [`crate::render`]) and for scripts (`--json`, docs/ARCHITECTURE.md §1), and their upkeep
 //! (`export`, `rm`, `prune`).
 
 use super::{BadInput, Cli, Exit, find_run, open_store, output};
@@ -535,7 +535,7 @@ impl Spent {
 
 /// `runs show` header lines for [`Spent`]: shown when there is something to say.
 fn spend_fields(s: &Spent) -> Vec<(&'static str, String)> {
-    use crate::machine::state::usd;
+    use crate::money::usd;
     let mut out = Vec::new();
     match s.max_cost {
         Some(max) => out.push(("cost", format!("{} of {}", usd(s.cost_usd), usd(max)))),
@@ -692,7 +692,7 @@ fn confined_children<'c>(
 fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
     if cli.json {
         // Streamed: first output at once, flat memory on a 100,000-step run (issue 14).
-        let mut out = std::io::BufWriter::new(super::out::stdout());
+        let mut out = std::io::BufWriter::new(crate::out::stdout());
         output::write_run_detail_json(&mut out, store, id, detail_head(store, id)?)?;
         return Ok(Exit::Completed);
     }
@@ -710,7 +710,7 @@ fn show(cli: &Cli, store: &Store, id: &RunId) -> anyhow::Result<Exit> {
         spend: &spend,
         structured: super::start::is_structured(store, id),
     };
-    let mut out = std::io::BufWriter::new(super::out::stdout());
+    let mut out = std::io::BufWriter::new(crate::out::stdout());
     super::runs_show::write(&mut out, store, id, &head)?;
     Ok(Exit::Completed)
 }

@@ -7,8 +7,9 @@
 //! event id), and a window takes every row up to its last step: both are written in
 //! step order. The journal is read by step range (its primary key).
 
-use crate::render::{Style, text::terminal_safe, transcript};
+use crate::render::{Style, transcript};
 use crate::store::{RunId, RunRow, Store, StoreError, StoredEvent, StoredMessage};
+use crate::text::terminal_safe;
 use std::collections::VecDeque;
 use std::io::Write;
 

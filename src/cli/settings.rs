@@ -3,7 +3,7 @@
 //!
 //! The database is found the way git finds `.git`: the nearest folder, from the
 //! current one up, that holds `.agentrun/`. Without one, `./.agentrun/agentrun.db` is
-//! created on first use (DESIGN §1). Settings come from, strongest first:
+//! created on first use (docs/ARCHITECTURE.md §1). Settings come from, strongest first:
 //!
 //! 1. the command line (`--db`, `--model`, `--tools`);
 //! 2. the environment (`AGENTRUN_DB`, `AGENTRUN_MODEL`, `AGENTRUN_TOOLS`);

@@ -414,7 +414,7 @@ fn tool_bug_line(store: &Store, id: &RunId) -> Option<String> {
         open.len(),
         if open.len() == 1 { "" } else { "s" },
         // The tool's own words (issue 22: without their escape sequences).
-        crate::render::text::plain(&first.summary),
+        crate::text::plain(&first.summary),
         first.id
     ))
 }
@@ -526,10 +526,10 @@ fn report(cli: &Cli, o: &RunOutcome, final_line: bool) -> anyhow::Result<Exit> {
         {
             // The model's text, which a document it read may have filled with escape
             // sequences (issue 22); --json keeps it as it is.
-            crate::outln!("{}", crate::render::text::plain(answer))?;
+            crate::outln!("{}", crate::text::plain(answer))?;
         }
         if final_line && !cli.quiet {
-            crate::errln!("{}", crate::render::text::plain(&output::outcome_line(o)));
+            crate::errln!("{}", crate::text::plain(&output::outcome_line(o)));
         }
     }
     if o.status == RunStatus::Running {

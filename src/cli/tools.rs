@@ -85,7 +85,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                 let plural = if n == 1 { "" } else { "s" };
                 crate::outln!("{}: ok, {n} tool{plural}", tools.display())?;
                 for t in cfg.tools.values() {
-                    let description = crate::render::text::plain(&t.description);
+                    let description = crate::text::plain(&t.description);
                     crate::outln!("  {:<20} {}", t.name, description)?;
                     crate::outln!("  {:<20} ({})", "", sandbox(t))?;
                 }
@@ -94,7 +94,7 @@ pub fn run(cli: &Cli, cmd: &ToolsCmd) -> anyhow::Result<Exit> {
                     if i == 0 {
                         crate::outln!("hooks:")?;
                     }
-                    let argv = crate::render::text::one_line(&h.command.argv.join(" "));
+                    let argv = crate::text::one_line(&h.command.argv.join(" "));
                     crate::outln!("  {:<20} {argv}", event.key())?;
                     crate::outln!("  {:<20} ({})", "", h.command.sandbox.describe())?;
                 }

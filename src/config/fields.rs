@@ -193,7 +193,7 @@ pub(super) fn on_unknown(value: Option<&str>, place: Where<'_>, sink: &mut Sink)
 }
 
 /// The environment keys of a child process, as written (a command tool's or a stdio
-/// MCP server's: both follow the same allow-list, DESIGN §3).
+/// MCP server's: both follow the same allow-list, docs/ARCHITECTURE.md §3.1).
 pub(super) struct ChildEnv<'a> {
     pub env: &'a Option<Vec<String>>,
     pub set: &'a Option<BTreeMap<String, String>>,

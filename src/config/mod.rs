@@ -1,4 +1,4 @@
-//! tools.toml (DESIGN §3): parsing the raw file and resolving it into a validated
+//! tools.toml (docs/ARCHITECTURE.md §3): parsing the raw file and resolving it into a validated
 //! [`ToolsConfig`].
 //!
 //! Two stages (STYLE habit 6): [`raw`] reads the file as written, with spans, into

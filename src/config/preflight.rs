@@ -159,7 +159,7 @@ fn mcp_problems(cfg: &ToolsConfig, origin: &Path, env: &Env<'_>) -> Vec<ConfigEr
 }
 
 /// A child's sandbox: enforceable on this kernel, and holding nothing it must not
-/// (DESIGN §8: no credential store under a folder it may write, nor the folder of the
+/// (docs/ARCHITECTURE.md §8: no credential store under a folder it may write, nor the folder of the
 /// database itself).
 fn sandbox_problems(spec: &super::CommandSpec, env: &Env<'_>) -> Vec<String> {
     let mut out: Vec<String> = sandbox_problem(&spec.sandbox, env).into_iter().collect();
@@ -176,7 +176,7 @@ fn sandbox_problems(spec: &super::CommandSpec, env: &Env<'_>) -> Vec<String> {
     out
 }
 
-/// Issue 22, DESIGN §7: a sandbox the kernel cannot enforce stops the run before it
+/// Issue 22, docs/ARCHITECTURE.md §7: a sandbox the kernel cannot enforce stops the run before it
 /// starts, never a silent no-op.
 fn sandbox_problem(sandbox: &Sandbox, env: &Env<'_>) -> Option<String> {
     let lacks = sandbox_missing(sandbox, env.kernel)?;

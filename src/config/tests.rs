@@ -4,7 +4,7 @@ use super::*;
 use serde_json::json;
 use std::collections::BTreeMap;
 
-const DESIGN_EXAMPLE: &str = r#"
+const CONTRACT_EXAMPLE: &str = r#"
 [defaults]
 timeout = "8s"          # per attempt
 attempts = 3
@@ -162,7 +162,7 @@ fn design_example_parses_to_the_expected_config() {
         notify: None,
         limits: Default::default(),
     };
-    assert_eq!(parse_ok(DESIGN_EXAMPLE), expected);
+    assert_eq!(parse_ok(CONTRACT_EXAMPLE), expected);
 }
 
 #[test]
@@ -491,9 +491,9 @@ fn render_errors_lists_every_line_and_a_count() {
 fn load_returns_the_config_and_the_raw_text() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tools.toml");
-    std::fs::write(&path, DESIGN_EXAMPLE).unwrap();
+    std::fs::write(&path, CONTRACT_EXAMPLE).unwrap();
     let (cfg, text) = load(&path).unwrap();
-    assert_eq!(text, DESIGN_EXAMPLE);
+    assert_eq!(text, CONTRACT_EXAMPLE);
     let ToolKind::Command(spec) = &cfg.tools["kb_cache"].kind else {
         panic!("not a command")
     };

@@ -1,4 +1,4 @@
-//! The validated tools configuration (DESIGN §3), after defaults are applied.
+//! The validated tools configuration (docs/ARCHITECTURE.md §3), after defaults are applied.
 //!
 //! `config::load` turns a tools.toml file into these; everything downstream reads only
 //! these types, never the raw TOML.
@@ -18,7 +18,7 @@ pub struct RetryPolicy {
     pub backoff: Duration,
     pub max_backoff: Duration,
     /// A server's `Retry-After` above this is not waited for: the call fails
-    /// `rate_limited` with `retry_after_s` (DESIGN §3 Retries).
+    /// `rate_limited` with `retry_after_s` (docs/ARCHITECTURE.md §3.3).
     pub max_retry_after: Duration,
 }
 
@@ -128,7 +128,7 @@ impl ToolsConfig {
     }
 }
 
-/// `sandbox = "workspace" | "read-only" | "off"` (issue 22, DESIGN §7).
+/// `sandbox = "workspace" | "read-only" | "off"` (issue 22, docs/ARCHITECTURE.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxMode {
     /// Runs with all of the user's rights: only when the config says so.

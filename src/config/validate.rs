@@ -31,7 +31,7 @@ pub fn check_count(value: i64, min: i64, max: Option<i64>) -> Result<u32, String
     }
 }
 
-/// Environment variable names a command tool may keep (see DESIGN §3).
+/// Environment variable names a command tool may keep (see docs/ARCHITECTURE.md §3.1).
 pub fn check_env_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let first_ok = chars
@@ -99,7 +99,8 @@ pub fn url_placeholders(url: &str) -> Result<Vec<Placeholder>, String> {
 }
 
 /// Checks an HTTP tool's URL template: http(s) only, and `{placeholders}` only in the
-/// path or query, so the model can never choose where a request goes (DESIGN §3).
+/// path or query, so the model can never choose where a request goes
+/// (docs/ARCHITECTURE.md §3.2).
 pub fn check_url_template(url: &str) -> Result<(), String> {
     let holes = url_placeholders(url)?;
     let Some(sep) = url.find("://") else {

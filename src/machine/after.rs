@@ -33,7 +33,7 @@ impl Machine<'_> {
         let record = &ended.record;
         let error = ended.error.filter(|_| record.is_error);
         if error == Some(ErrorKind::TooManyCalls) {
-            // The turn's cap (DESIGN §3 Limits) refused this call before anything ran:
+            // The turn's cap (docs/ARCHITECTURE.md §3.5) refused this call before anything ran:
             // it says nothing about the tool, and a burst of them is one oversized
             // turn, not a loop, so neither the breaker nor the stuck detector sees it.
             return out;

@@ -1,4 +1,5 @@
-//! Matching approval patterns against a call's arguments (DESIGN §3 `approval_patterns`).
+//! Matching approval patterns against a call's arguments (docs/ARCHITECTURE.md §3,
+//! `approval_patterns`).
 //!
 //! A plain pattern matches a normalised text (case and whitespace runs ignored) as a
 //! substring. Issue 22 found the common ways around that: `rm -fr`, `rm -r -f`,

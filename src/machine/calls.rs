@@ -151,7 +151,7 @@ impl Machine<'_> {
         }
         let max = crate::model::limits::MAX_CALLS_PER_TURN;
         if step.at >= max {
-            // DESIGN §3 Limits (issue 12 item 7): one turn may not run unbounded work.
+            // docs/ARCHITECTURE.md §3.5 (issue 12 item 7): one turn may not run unbounded work.
             let (n, total) = (step.at + 1, step.calls.len());
             let err = ToolError::new(
                 ErrorKind::TooManyCalls,
@@ -165,7 +165,7 @@ impl Machine<'_> {
             return Next::Ended(self.made(&call, Err(err), 0));
         }
         if !step.offered.contains(&call.name) {
-            // DESIGN §3 What runs: a tool defined in tools.toml but not offered in this
+            // docs/ARCHITECTURE.md §3.4: a tool defined in tools.toml but not offered in this
             // step (outside the task's subset, withdrawn, or the run is degraded) is
             // as unknown to the model as one never defined (issue 12).
             let err = ToolError::new(

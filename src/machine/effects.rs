@@ -127,7 +127,7 @@ pub enum Effect {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ask {
     pub step: u32,
-    /// The same bytes at every step of a run (DESIGN §7, issue 23): what changes per
+    /// The same bytes at every step of a run (docs/ARCHITECTURE.md §7, issue 23): what changes per
     /// step goes in `note`, so a provider's prompt cache can reuse the whole prefix.
     pub system: String,
     /// agentrun's per-step note (the budget and spend lines), sent after the

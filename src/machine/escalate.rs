@@ -123,5 +123,5 @@ fn first_sentence(s: &str) -> String {
 
 /// Cut for people at a word boundary (issue 27), as every human view cuts text.
 fn truncate(s: &str, max: usize) -> String {
-    crate::render::text::truncate(s, max)
+    crate::text::truncate(s, max)
 }

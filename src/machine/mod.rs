@@ -1,4 +1,4 @@
-//! The loop as a pure, synchronous state machine (DESIGN §6): events in
+//! The loop as a pure, synchronous state machine (docs/ARCHITECTURE.md §6): events in
 //! ([`Event`]: started, step loaded, model replied or failed, call ran), effects out
 //! ([`Effect`]: load a step, ask the model, run a call, journal, commit, escalate,
 //! stop). No IO, no clock, no async: `runner` performs the effects.
@@ -51,6 +51,7 @@ mod tests;
 pub use batch::MAX_PARALLEL;
 pub use calls::{ASK_USER, ask_user_spec};
 pub use effects::{Effect, Event, Stop, StopReason};
+pub use state::Spend;
 pub use stop::{Phase, StopCause, StopRequest};
 
 use crate::config::{ToolDef, ToolsConfig};
@@ -105,14 +106,6 @@ impl<'a> Rules<'a> {
             output: None,
         }
     }
-}
-
-/// The money and time budgets, and the prices they are counted in.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    pub max_cost: Option<f64>,
-    pub max_duration_ms: Option<u64>,
-    pub pricing: crate::model::prices::Pricing,
 }
 
 /// [`Rules::keep_steps`] for the scripted model: enough recent steps for a handover
@@ -401,7 +394,7 @@ impl<'a> Machine<'a> {
 
     fn ask(&mut self) -> effects::Ask {
         // The output instruction is part of the system prompt: the same text on every
-        // request (DESIGN §7).
+        // request (docs/ARCHITECTURE.md §7).
         let output = self
             .rules
             .output

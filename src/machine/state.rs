@@ -1,6 +1,7 @@
 //! The loop state saved with every checkpoint: counters, and everything the recovery
 //! policies (breaker, stuck detector, degradation) remember between steps.
 
+use crate::money::usd;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,7 +153,7 @@ pub fn check_budget(state: &LoopState, max_steps: u32, max_tokens: u64) -> Optio
 }
 
 /// The money and time guard (issue 15): cost so far, and time driven so far.
-pub fn check_spend(state: &LoopState, active_ms: u64, spend: &super::Spend) -> Option<BudgetStop> {
+pub fn check_spend(state: &LoopState, active_ms: u64, spend: &Spend) -> Option<BudgetStop> {
     if let Some(max) = spend.max_cost
         && state.cost_used() >= max
     {
@@ -173,7 +174,7 @@ pub fn check_spend(state: &LoopState, active_ms: u64, spend: &super::Spend) -> O
 }
 
 /// The budget line's money and time part, when those budgets are set.
-pub fn spend_note(state: &LoopState, active_ms: u64, spend: &super::Spend) -> String {
+pub fn spend_note(state: &LoopState, active_ms: u64, spend: &Spend) -> String {
     let mut out = String::new();
     if let Some(max) = spend.max_cost {
         let left = (max - state.cost_used()).max(0.0);
@@ -184,15 +185,6 @@ pub fn spend_note(state: &LoopState, active_ms: u64, spend: &super::Spend) -> St
         out += &format!(" {} of {} time left.", seconds(left), seconds(max));
     }
     out
-}
-
-/// USD as shown to people: `$0.0123`, `$12.50`.
-pub fn usd(v: f64) -> String {
-    if v != 0.0 && v.abs() < 1.0 {
-        format!("${v:.4}")
-    } else {
-        format!("${v:.2}")
-    }
 }
 
 /// A duration as shown to people: whole seconds, or milliseconds under ten seconds.
@@ -227,6 +219,14 @@ pub struct Compaction {
     /// Assistant turns no longer in the context (all compactions so far): a scripted
     /// model counts them to pick its turn.
     pub turns_left_out: u32,
+}
+
+/// The money and time budgets, and the prices they are counted in.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    pub max_cost: Option<f64>,
+    pub max_duration_ms: Option<u64>,
+    pub pricing: crate::model::prices::Pricing,
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! tool results are `tool_result` blocks inside a *user* message (so consecutive tool
 //! messages become one user message), and there is no system role inside `messages`.
 
+use super::Delta;
 use super::output::{ANSWER_TOOL, OutputSpec};
-use super::settings::{CacheTtl, Delta, ModelSettings, ToolChoice};
+use super::settings::{CacheTtl, ModelSettings, ToolChoice};
 use super::sse::SseEvent;
 use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};

@@ -1,5 +1,5 @@
-//! What a provider echoes back is redacted before agentrun keeps or shows it (DESIGN §5,
-//! issue 22): a server may quote the API key (or the base URL's credentials) in an
+//! What a provider echoes back is redacted before agentrun keeps or shows it (docs/ARCHITECTURE.md
+//! §5, issue 22): a server may quote the API key (or the base URL's credentials) in an
 //! answer, in an in-stream `error` event or in any error message. Everything a provider
 //! returns passes through here in [`super::Provider::complete`] — the answer, the error
 //! and the live deltas — so the journal, `runs show`, export, stderr, progress, `--json`

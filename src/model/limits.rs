@@ -1,4 +1,4 @@
-//! Limits on what a model sends (DESIGN §3 "Limits on what a model sends", issue 12
+//! Limits on what a model sends (docs/ARCHITECTURE.md §3.5, issue 12
 //! item 7): nothing a model answers may exhaust the machine or be stored in a form that
 //! cannot be read back.
 //!

@@ -18,7 +18,7 @@ pub mod types;
 mod wire;
 
 pub use error::ModelError;
-pub use settings::{Delta, LiveSink, ModelSettings, ToolChoice};
+pub use settings::{ModelSettings, ToolChoice};
 pub use types::*;
 pub use wire::{ApiKey, Timeouts};
 

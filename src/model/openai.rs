@@ -7,7 +7,8 @@
 //! servers add, drop and null fields freely (the HF router sends `tool_calls: []`,
 //! OpenRouter adds `metadata`), so only what agentrun needs is required.
 
-use super::settings::{Delta, ModelSettings, ToolChoice};
+use super::Delta;
+use super::settings::{ModelSettings, ToolChoice};
 use super::sse::SseEvent;
 use super::wire::{self, ApiKey, Flow, Http, Streamed, Timeouts};
 use super::{Message, ModelError, ModelRequest, ModelResponse, Part, Role, StopReason, Usage};
@@ -460,7 +461,7 @@ fn push_message(out: &mut Vec<Value>, m: &Message) {
         Role::Assistant => out.push(assistant(m)),
         // One `tool` message per result, as the API pairs them by `tool_call_id`. Chat
         // Completions has no error flag: the content is already the error object the
-        // model is meant to read (DESIGN §4).
+        // model is meant to read (docs/ARCHITECTURE.md §4).
         Role::Tool => {
             for part in &m.content {
                 if let Part::ToolResult {
@@ -652,7 +653,7 @@ fn text_of(content: Option<Value>) -> String {
 /// `arguments` is a JSON *string*. When it does not parse (models do emit truncated or
 /// invalid JSON, especially when cut by max_tokens), it is kept as a JSON string value
 /// instead of failing the whole response: the call then fails schema validation as a
-/// `malformed` result the model can see and correct (DESIGN §4), which a provider
+/// `malformed` result the model can see and correct (docs/ARCHITECTURE.md §4), which a provider
 /// error could not give it. An empty string means "no arguments"; a server that sends
 /// an object is taken at its word.
 fn arguments(raw: Value) -> Value {

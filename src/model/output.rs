@@ -9,7 +9,7 @@
 //! durable step crashed the workflow).
 
 use super::ToolSpec;
-use serde::{Deserialize, Serialize};
+pub use super::types::OutputSpec;
 use serde_json::{Value, json};
 
 /// Answers checked before the run fails `invalid_output`, unless the task says.
@@ -18,14 +18,6 @@ pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// The tool a provider without a JSON mode answers through. tools.toml may not use
 /// the name when a task has an output schema.
 pub const ANSWER_TOOL: &str = "final_answer";
-
-/// What the final answer must be: one JSON value valid against `schema`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutputSpec {
-    pub schema: Value,
-    /// Answers checked in all (the first and the corrections).
-    pub attempts: u32,
-}
 
 impl OutputSpec {
     /// The answer as a JSON value, or what is wrong with it, one line per problem
@@ -38,7 +30,7 @@ impl OutputSpec {
                 "the answer is not JSON ({e}); answer with the JSON value alone"
             )]
         })?;
-        let problems = crate::tools::schema::validate(&self.schema, &value);
+        let problems = crate::schema::validate(&self.schema, &value);
         if problems.is_empty() {
             Ok(value)
         } else {

@@ -1,4 +1,4 @@
-//! The transcript invariant every provider relies on (DESIGN §5): each tool call has
+//! The transcript invariant every provider relies on (docs/ARCHITECTURE.md §5): each tool call has
 //! exactly one result, and each result answers a call made before it. The scripted
 //! model checks it on every request, so every test that drives a run guards it.
 

@@ -5,8 +5,8 @@
 //! ("equal jitter": at least half of each step, so a server that restarts in a few
 //! seconds is ridden out, issue 15). The server's `Retry-After` / `retry-after-ms` is a
 //! floor, never shortened; above `max_retry_after` the model is not retried and fails
-//! [`ModelError::RateLimited`] (DESIGN §3, issue 12 item 10). Anything else ends that
-//! model's turn at once: sending the identical request again cannot fix a 400 or a 401.
+//! [`ModelError::RateLimited`] (docs/ARCHITECTURE.md §3.3, issue 12 item 10). Anything else ends
+//! that model's turn at once: sending the identical request again cannot fix a 400 or a 401.
 //!
 //! Across models: the next model takes over on *any* failure of the previous one, not
 //! only transient ones. A 400 "prompt too long" for one model's context, a 401 or 404

@@ -374,22 +374,6 @@ pub fn known_context_window(model: &str) -> Option<u64> {
         .map(|(_, n)| *n)
 }
 
-/// A piece of a streamed answer, as it arrives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delta {
-    Text(String),
-    /// The model began a tool call.
-    ToolCall {
-        name: String,
-    },
-}
-
-/// Who watches a streamed answer (live text on a terminal, `--stream-json` lines).
-/// Deltas are a view only: what is journaled is the whole response, once complete.
-pub trait LiveSink: Send + Sync {
-    fn delta(&self, model: &str, delta: &Delta);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! Provider-neutral conversation types.
 //!
 //! Every provider adapter translates to and from these; the store persists them as
-//! JSON exactly in the shape of the `runs show --json` contract (DESIGN §1), so the
+//! JSON exactly in the shape of the `runs show --json` contract (docs/ARCHITECTURE.md §1), so the
 //! serde representation here *is* the public format: change it only by extending.
 
 use serde::{Deserialize, Serialize};
@@ -41,7 +41,7 @@ pub enum Part {
     },
     ToolResult {
         call_id: String,
-        /// The JSON the model saw (DESIGN §4): the tool's output, or an error object.
+        /// The JSON the model saw (docs/ARCHITECTURE.md §4): the tool's output, or an error object.
         content: Value,
         is_error: bool,
     },
@@ -198,7 +198,7 @@ pub struct ModelRequest<'a> {
     /// Output-token cap per response (Anthropic requires one).
     pub max_output_tokens: u32,
     /// Who sees a streamed answer as it arrives; `None`: nobody.
-    pub live: Option<&'a dyn super::settings::LiveSink>,
+    pub live: Option<&'a dyn LiveSink>,
     /// A step, or a compaction's summary (issue 15).
     pub purpose: Purpose,
     /// Assistant turns of the run that are not in `messages` (compacted away): the
@@ -206,7 +206,7 @@ pub struct ModelRequest<'a> {
     pub turns_left_out: u32,
     /// What the final answer must be (issue 26): each provider asks for it natively
     /// where it can. `None` for free text, and for summaries.
-    pub output: Option<&'a super::output::OutputSpec>,
+    pub output: Option<&'a OutputSpec>,
     /// The rate limits the request waits its turn under (docs/rate-limits.md); `None`:
     /// it is sent at once.
     pub limits: Option<&'a crate::govern::Gate<'a>>,
@@ -237,4 +237,29 @@ impl std::fmt::Debug for ModelRequest<'_> {
             .field("output", &self.output)
             .finish()
     }
+}
+
+/// A piece of a streamed answer, as it arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    Text(String),
+    /// The model began a tool call.
+    ToolCall {
+        name: String,
+    },
+}
+
+/// Who watches a streamed answer (live text on a terminal, `--stream-json` lines).
+/// Deltas are a view only: what is journaled is the whole response, once complete.
+pub trait LiveSink: Send + Sync {
+    fn delta(&self, model: &str, delta: &Delta);
+}
+
+/// What the final answer must be: one JSON value valid against `schema` (how an
+/// answer is checked against it: `output.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSpec {
+    pub schema: Value,
+    /// Answers checked in all (the first and the corrections).
+    pub attempts: u32,
 }

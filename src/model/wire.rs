@@ -13,8 +13,8 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 /// An API key. Its `Debug` is redacted and it has no `Display`, so deriving `Debug` on
-/// a struct that holds one cannot leak it (DESIGN §5: secrets never reach the store or
-/// the trace, and both are fed from `Display`/`Debug` of errors and configs).
+/// a struct that holds one cannot leak it (docs/ARCHITECTURE.md §5: secrets never reach the store
+/// or the trace, and both are fed from `Display`/`Debug` of errors and configs).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(String);
 
@@ -84,8 +84,8 @@ impl Timeouts {
     }
 }
 
-/// A response body larger than this is refused, streamed or not (DESIGN §3: limits
-/// on what a model sends); a real answer is far below it.
+/// A response body larger than this is refused, streamed or not (docs/ARCHITECTURE.md §3.5); a real
+/// answer is far below it.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 /// How much of a non-2xx body is read: enough for any provider's error JSON.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -498,12 +498,12 @@ fn error_message(status: StatusCode, body: &[u8]) -> String {
             .to_string();
     }
     // An HTML error page from a proxy can be long; the start says what it is.
-    crate::render::text::truncate(text, 500)
+    crate::text::truncate(text, 500)
 }
 
 /// The text a tool result is sent as (both APIs take a string): a JSON string value is
 /// sent as its raw text, anything else as its JSON text — the JSON the model sees
-/// (DESIGN §4).
+/// (docs/ARCHITECTURE.md §4).
 pub(crate) fn result_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),

@@ -17,6 +17,19 @@ pub enum Resolution {
     Reply { text: String },
 }
 
+impl Resolution {
+    /// The decision in words ("approved", "denied (reason)", …): the store writes it
+    /// into the resolution's outbox notice and the CLI and console show it.
+    pub fn describe(&self) -> String {
+        match self {
+            Resolution::Approve => "approved".into(),
+            Resolution::Deny { reason } => format!("denied ({reason})"),
+            Resolution::Modify { args } => format!("approved with arguments {args}"),
+            Resolution::Reply { text } => format!("replied: {text}"),
+        }
+    }
+}
+
 /// An escalation's number in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EscalationId(pub i64);

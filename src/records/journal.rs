@@ -5,7 +5,7 @@ use crate::model::Message;
 use crate::trace::TraceEvent;
 use serde_json::Value;
 
-/// The journal's view of a call (DESIGN §1 `tool_calls[].status`).
+/// The journal's view of a call (docs/ARCHITECTURE.md §1, `tool_calls[].status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallStatus {
     Ok,

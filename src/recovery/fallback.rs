@@ -1,4 +1,4 @@
-//! Declared fallback chains (DESIGN §3 `fallback = [{ tool, map }]`).
+//! Declared fallback chains (docs/ARCHITECTURE.md §3, `fallback = [{ tool, map }]`).
 //!
 //! **When a chain starts.** Only after a failure that a different tool could fix:
 //! the transient kinds (timeout, rate_limited, unavailable, server_error) and

@@ -4,7 +4,7 @@
 //!
 //! The server's `Retry-After` is a floor, never shortened by `max_backoff`; when it asks
 //! for more than `max_retry_after` there is no retry: the call fails `rate_limited`
-//! carrying the delay (DESIGN §3 Retries, issue 12 item 10).
+//! carrying the delay (docs/ARCHITECTURE.md §3.3, issue 12 item 10).
 //!
 //! A tool that is not `idempotent` is retried only after a failure that proves it did
 //! not act ([`ToolError::not_acted`]); any other transient failure ends the call as

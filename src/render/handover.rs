@@ -1,7 +1,7 @@
 //! An escalation's handover as people read it (`escalations show`).
 
-use super::text::one_line;
 use crate::records::Handover;
+use crate::text::one_line;
 
 /// Each field on its own line, untrusted text made [`one_line`]: a tool's error in
 /// `problem` cannot start a line that reads as agentrun's (issue 22).

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// second line saying how to continue when the run is not done.
 pub fn final_line(o: &RunOutcome, elapsed: Option<Duration>, s: Style) -> String {
     let cost = if o.cost_usd > 0.0 {
-        format!(", {}", crate::machine::state::usd(o.cost_usd))
+        format!(", {}", crate::money::usd(o.cost_usd))
     } else {
         String::new()
     };

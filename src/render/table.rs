@@ -2,8 +2,8 @@
 //! cell by display width, the last column's text cut to what is left of the line.
 
 use super::Style;
-use super::text::{pad, pad_left, truncate};
 use crate::records::RunRow;
+use crate::text::{pad, pad_left, truncate};
 use crate::timefmt::age;
 
 /// The task column never gets less than this, even on a narrow terminal.
@@ -161,8 +161,8 @@ pub fn aligned(columns: &[Column], last: &str, rows: &[Row<'_>], width: usize) -
         .map(|(i, c)| {
             rows.iter()
                 .filter_map(|r| r.cells.get(i))
-                .map(|cell| super::text::width(cell))
-                .chain([super::text::width(c.name)])
+                .map(|cell| crate::text::width(cell))
+                .chain([crate::text::width(c.name)])
                 .max()
         })
         .collect();

@@ -3,11 +3,11 @@
 //! fallback hops), what came back (long results folded), nudges and escalations.
 
 use super::Style;
-use super::text::{fold, indent, one_line, plain};
 use crate::model::{Part, Role};
 use crate::records::{
     EscalationRow, JournalEntry, Resolution, RunRow, RunStatus, StoredEvent, StoredMessage,
 };
+use crate::text::{fold, indent, one_line, plain};
 use crate::timefmt::rfc3339;
 use crate::trace::TraceEvent;
 use serde_json::Value;
@@ -570,7 +570,7 @@ pub fn describe_event(e: &TraceEvent) -> String {
                 String::new()
             };
             let cost = if *cost_usd > 0.0 {
-                format!(", {}", crate::machine::state::usd(*cost_usd))
+                format!(", {}", crate::money::usd(*cost_usd))
             } else {
                 String::new()
             };

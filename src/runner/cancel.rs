@@ -5,7 +5,7 @@
 //! The holder reads the request with its pulse (`lifecycle::CANCEL_POLL`), aborts the
 //! model request or tool in flight, and writes `cancelled`. Should the holder die
 //! first, the wait finds its lease dead and cancels the run itself, so a cancel asked
-//! once always ends as `cancelled` (DESIGN §7).
+//! once always ends as `cancelled` (docs/ARCHITECTURE.md §7).
 
 use crate::store::{CancelOutcome, RunId, RunStatus, Store, StoreError};
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The driver: performs the effects of the loop's state machine ([`crate::machine`])
 //! and feeds it what happened, until it stops.
 //!
-//! Durability follows DESIGN §5: the model's response is journaled as soon as it
+//! Durability follows docs/ARCHITECTURE.md §5: the model's response is journaled as soon as it
 //! arrives, each call's start and outcome as they happen, and the step's messages with
 //! the loop state in one commit. The calls the machine hands out together run
 //! concurrently in this one task (issue 14): each [`Effect::RunCall`] starts a future,
@@ -396,7 +396,7 @@ impl Runner {
     }
 
     /// Whether every model of the run is the scripted one, which picks its turn by the
-    /// number of turns taken and reads nothing else of the transcript (DESIGN §7).
+    /// number of turns taken and reads nothing else of the transcript (docs/ARCHITECTURE.md §7).
     fn reads_turn_count_only(&self) -> bool {
         let models = &self.resolved.snapshot.models;
         !models.is_empty() && models.iter().all(|m| m.starts_with("script:"))

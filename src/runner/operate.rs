@@ -9,8 +9,9 @@
 
 use super::worker::{SnapshotError, stored_snapshot};
 use crate::fault;
+use crate::machine::state::LoopState;
 use crate::setup::{self, SetupError};
-use crate::store::{ForkRun, Forked, RunId, SentMessage, Store, StoreError};
+use crate::store::{ForkRun, Forked, ReadSpent, RunId, SentMessage, Spent, Store, StoreError};
 use std::path::Path;
 
 /// Why a fork or a message was refused.
@@ -85,9 +86,22 @@ pub fn fork(store: &Store, source: &RunId, order: &ForkOrder<'_>) -> Result<Fork
         config: config.as_ref().map(|(s, scripts)| (s.as_str(), scripts)),
         max_steps: order.max_steps,
         max_tokens: order.max_tokens,
+        spent: spent_by as ReadSpent,
     })?;
     fault::point("after_fork");
     Ok(forked)
+}
+
+/// What a stored loop state says was spent (the store asks; it does not read the
+/// machine's state itself).
+fn spent_by(state: &str) -> Result<Spent, String> {
+    let s: LoopState = serde_json::from_str(state).map_err(|e| e.to_string())?;
+    Ok(Spent {
+        input_tokens: s.input_tokens,
+        output_tokens: s.output_tokens,
+        cost_usd: s.cost_usd,
+        ..Spent::default()
+    })
 }
 
 type Config = (String, std::collections::BTreeMap<String, String>);

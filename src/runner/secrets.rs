@@ -1,4 +1,4 @@
-//! The secret values a run's config knows (DESIGN §5), for text a person gives the
+//! The secret values a run's config knows (docs/ARCHITECTURE.md §5), for text a person gives the
 //! run: a message (`runs send`) or an escalation's answer. The same values its
 //! attempts and providers redact — the providers' keys and URL credentials, each
 //! tool's `${VAR}` headers, secret-named variables and arguments — so what a person

@@ -132,7 +132,7 @@ fn render(
         let _ = write!(
             b,
             "<h2>Decision</h2><p class=\"decision\">{} by {} at {}</p>",
-            esc(&decide::describe(res)),
+            esc(&res.describe()),
             esc(by),
             esc(&rfc3339(at))
         );

@@ -231,7 +231,7 @@ fn table(app: &App, rows: &[&RunRow]) -> String {
             tout = r.output_tokens,
             cost = r.cost_usd,
             age = esc(&age(now, r.created_at)),
-            task = esc(&crate::render::text::truncate(
+            task = esc(&crate::text::truncate(
                 r.task.lines().next().unwrap_or(""),
                 80
             )),

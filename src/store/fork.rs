@@ -21,8 +21,7 @@
 //! `AGENTRUN_CALL_ID`. The original is only read.
 
 use super::error::{Result, StoreError};
-use crate::machine::state::LoopState;
-use crate::records::{RunId, RunStatus};
+use crate::records::{RunId, RunStatus, Spent};
 use std::collections::BTreeMap;
 
 /// What `runs fork` asks for.
@@ -39,7 +38,16 @@ pub struct ForkRun<'a> {
     /// New budgets for the fork; `None` keeps the source's.
     pub max_steps: Option<u32>,
     pub max_tokens: Option<u64>,
+    /// Reads what a step's loop state says was spent. The store keeps loop states as
+    /// the machine wrote them and never reads them itself, so the caller (which knows
+    /// the machine) passes the reader.
+    pub spent: ReadSpent,
 }
+
+/// Reads what a run had spent by a step (its tokens and cost; copied to the fork with
+/// its history so the fork's counters agree with what it inherits) from a stored loop
+/// state (JSON); the error says what is wrong.
+pub type ReadSpent = fn(&str) -> std::result::Result<Spent, String>;
 
 /// A fork as created.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +119,7 @@ impl ForkPoint {
         source: &RunId,
         at_step: Option<u32>,
         last: u32,
+        spent: ReadSpent,
         kept: impl FnOnce(u32) -> Result<Option<(i64, String)>>,
     ) -> Result<ForkPoint> {
         let step = at_step.unwrap_or(last);
@@ -126,7 +135,7 @@ impl ForkPoint {
             step,
             last,
         })?;
-        let parsed: LoopState = serde_json::from_str(&state).map_err(|e| StoreError::Corrupt {
+        let spent = spent(&state).map_err(|e| StoreError::Corrupt {
             run: source.to_string(),
             message: format!("loop state of step {step}: {e}"),
         })?;
@@ -134,8 +143,8 @@ impl ForkPoint {
             step,
             last_seq,
             state,
-            tokens: (parsed.input_tokens, parsed.output_tokens),
-            cost_usd: parsed.cost_usd,
+            tokens: (spent.input_tokens, spent.output_tokens),
+            cost_usd: spent.cost_usd,
             at_last: step == last,
         })
     }

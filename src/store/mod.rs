@@ -5,7 +5,7 @@
 //!
 //! What it stores are the neutral records of `crate::records`, which the pure machine
 //! also speaks (`machine/` imports nothing of this module); what it adds is the contract
-//! of DESIGN §5: one transaction per step, the journal within the step at a stated
+//! of docs/ARCHITECTURE.md §5: one transaction per step, the journal within the step at a stated
 //! [`Durability`], leases with fencing tokens, secrets never stored, damaged storage
 //! reported and never repaired.
 //!
@@ -66,7 +66,7 @@ pub use cancel::{CancelOutcome, CancelRequest, cancel_text};
 pub use check::DbCheck;
 pub use durability::{BUSY_TIMEOUT, Durability};
 pub use error::{Result, StoreError};
-pub use fork::{ForkRun, Forked, not_started_reason};
+pub use fork::{ForkRun, Forked, ReadSpent, not_started_reason};
 pub use input::{NewEscalation, NewRun, StepCommit};
 pub use lease::{LEASE_TTL_MS, Lease};
 pub use limits::{HoldWrite, LimitHold, LimitRow, LimitView, LimitWrite};
@@ -82,7 +82,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The store: SQLite (the embedded default) or PostgreSQL (issue 17), chosen by the
-/// `--db` value. Both backends keep the same contract (DESIGN §5): one transaction
+/// `--db` value. Both backends keep the same contract (docs/ARCHITECTURE.md §5): one transaction
 /// per step, the journal within the step, leases with fencing tokens, approvals bound
 /// to the call digest (checked above the store), secrets never stored.
 ///

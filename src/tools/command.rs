@@ -1,15 +1,15 @@
-//! Command tools (DESIGN §3): one attempt runs argv without a shell, in its own process
-//! group, with the arguments as JSON on stdin and a cleaned environment.
+//! Command tools (docs/ARCHITECTURE.md §3.1): one attempt runs argv without a shell, in its own
+//! process group, with the arguments as JSON on stdin and a cleaned environment.
 //!
 //! Exit codes follow sysexits(3):
 //!
 //! | exit | kind | why |
 //! | --- | --- | --- |
 //! | 0 | ok | stdout is the result (JSON if it parses, else text) |
-//! | 75 `EX_TEMPFAIL`, 69 `EX_UNAVAILABLE` | `unavailable` | both mean "try again later"; `timeout` is kept for our own per-attempt timeout and `rate_limited` needs a self-report, so a script cannot be misread |
-//! | 64 `EX_USAGE`, 65 `EX_DATAERR` | `invalid_arguments` | |
-//! | 66 `EX_NOINPUT` | `not_found` | |
-//! | 77 `EX_NOPERM` | `permission_denied` | |
+//! | 75 `EX_TEMPFAIL`, 69 `EX_UNAVAILABLE` | `unavailable` | both mean "try again later"; `timeout`
+//! is kept for our own per-attempt timeout and `rate_limited` needs a self-report, so a script
+//! cannot be misread | | 64 `EX_USAGE`, 65 `EX_DATAERR` | `invalid_arguments` | | | 66 `EX_NOINPUT`
+//! | `not_found` | | | 77 `EX_NOPERM` | `permission_denied` | |
 //! | 70 `EX_SOFTWARE`, any other, killed by a signal | `tool_bug` | |
 //!
 //! A tool may name its kind itself by printing `{"error": KIND, "message": "..."}` on
@@ -113,7 +113,7 @@ struct Run<'a> {
 }
 
 /// A sandboxed tool that failed saying it was refused access is `permission_denied`,
-/// with a hint naming what it was denied (DESIGN §7).
+/// with a hint naming what it was denied (docs/ARCHITECTURE.md §7).
 fn sandbox_denied(spec: &CommandSpec, tool: &str, result: AttemptResult) -> AttemptResult {
     match result {
         Err(e) if spec.sandbox.confines() && e.kind == ErrorKind::ToolBug => {
@@ -794,7 +794,7 @@ fn classify(tool: &str, status: ExitStatus, out: &Captured, err: &Captured) -> A
     }
     let err = ToolError::new(kind, message);
     // sysexits 75/69 say "not done, try later": proof enough to retry a tool that is
-    // not idempotent (DESIGN §3 Retries).
+    // not idempotent (docs/ARCHITECTURE.md §3.3).
     Err(match status.code() {
         Some(69 | 75) => err.not_acted(),
         _ => err,

@@ -1,5 +1,5 @@
-//! A child process's environment (DESIGN §3): the allow-list every command tool, hook
-//! and stdio MCP server is started with, and the secret values it carries (to redact
+//! A child process's environment (docs/ARCHITECTURE.md §3.1): the allow-list every command tool,
+//! hook and stdio MCP server is started with, and the secret values it carries (to redact
 //! from the child's output). Its own module so that `command` (running tools) and
 //! `spawn` (starting any child) both read it and neither imports the other's.
 
@@ -7,7 +7,8 @@ use crate::config::types::CommandSpec;
 use crate::redact::{self, Secrets};
 use std::ffi::OsString;
 
-/// What every command tool receives from agentrun's environment (DESIGN §3), plus `LC_*`.
+/// What every command tool receives from agentrun's environment (docs/ARCHITECTURE.md §3.1), plus
+/// `LC_*`.
 const CORE_ENV: [&str; 9] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG",
 ];
@@ -25,8 +26,8 @@ pub struct ChildEnv {
     pub secrets: Secrets,
 }
 
-/// The child's environment (DESIGN §3, issue 12 item 6): an allow-list — the core set,
-/// the names listed in `env` (the tool's and `[defaults]`'s), and `set`. With
+/// The child's environment (docs/ARCHITECTURE.md §3.1, issue 12 item 6): an allow-list — the core
+/// set, the names listed in `env` (the tool's and `[defaults]`'s), and `set`. With
 /// `inherit = "all"` every other variable passes too, except secret-looking names
 /// ([`redact::is_secret_name`]) and values ([`redact::is_secret_value`]: token
 /// formats, webhook URLs, URLs with credentials). The values of

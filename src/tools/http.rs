@@ -1,5 +1,5 @@
-//! HTTP tools (DESIGN §3): one attempt fills the URL template from the arguments, sends
-//! the request with one shared client and maps the status to an error kind.
+//! HTTP tools (docs/ARCHITECTURE.md §3.2): one attempt fills the URL template from the arguments,
+//! sends the request with one shared client and maps the status to an error kind.
 //!
 //! The model chooses only path and query text: placeholders are refused in the scheme,
 //! host and port (`config::validate::check_url_template`, at load and again per call), values are
@@ -53,7 +53,7 @@ pub async fn run(
 }
 
 /// The secret values one attempt uses: what each `${VAR}` in a header expands to, and
-/// credentials written into the URL (DESIGN §5: none of them is ever stored).
+/// credentials written into the URL (docs/ARCHITECTURE.md §5: none of them is ever stored).
 pub fn secrets_of(spec: &HttpSpec, env: impl Fn(&str) -> Option<String>) -> Secrets {
     let mut secrets = Secrets::default();
     for template in spec.headers.values() {
@@ -301,7 +301,7 @@ impl Body {
     }
 }
 
-/// The kind for a status, `None` for success (the table in DESIGN §3).
+/// The kind for a status, `None` for success (the table in docs/ARCHITECTURE.md §3.2).
 pub fn status_kind(status: StatusCode) -> Option<ErrorKind> {
     use ErrorKind::*;
     Some(match status.as_u16() {

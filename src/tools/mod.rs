@@ -8,7 +8,6 @@ pub mod http;
 pub mod mcp;
 pub mod outcome;
 pub mod sandbox;
-pub mod schema;
 pub mod spawn;
 mod supervise;
 pub mod trampoline;
@@ -102,7 +101,7 @@ pub(crate) fn redacted(result: AttemptResult, secrets: &Secrets) -> AttemptResul
     }
 }
 
-/// `AGENTRUN_CALL_ID` for a call: `RUN:SALT:CALL` (DESIGN §3 Command tools). The run id
+/// `AGENTRUN_CALL_ID` for a call: `RUN:SALT:CALL` (docs/ARCHITECTURE.md §3.1). The run id
 /// alone is 48 random bits; the run's salt (64 more, fixed at start and stored with the
 /// run) keeps keys from two databases apart. The model's call id comes last, so a tool
 /// can still read it as the part after the last `:`.

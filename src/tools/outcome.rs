@@ -1,4 +1,4 @@
-//! What a tool call can end as. The error taxonomy of DESIGN §4 lives in
+//! What a tool call can end as. The error taxonomy of docs/ARCHITECTURE.md §4 lives in
 //! [`crate::taxonomy`] (so trace events can name kinds without depending on tools).
 
 pub use crate::taxonomy::{ErrorClass, ErrorKind};
@@ -33,7 +33,7 @@ impl ToolError {
         self
     }
 
-    /// The JSON object the model sees for this failure (DESIGN §4).
+    /// The JSON object the model sees for this failure (docs/ARCHITECTURE.md §4).
     pub fn to_model_json(&self, attempts: u32, hint: &str) -> Value {
         let mut v = json!({
             "error": self.kind.as_str(),
@@ -43,7 +43,7 @@ impl ToolError {
             "attempts": attempts,
             "hint": hint,
         });
-        // When the service said when it takes calls again (DESIGN §3 Retries).
+        // When the service said when it takes calls again (docs/ARCHITECTURE.md §3.3).
         if let Some(after) = self
             .retry_after
             .filter(|_| self.kind == ErrorKind::RateLimited)

@@ -200,7 +200,7 @@ fn the_table_covers_every_hit_of_every_crash_point() {
 }
 
 /// The default `on_unknown` (escalate): a person is asked what happened, and the call is
-/// not re-run (DESIGN §5, §6).
+/// not re-run (docs/ARCHITECTURE.md §5, §6).
 #[test]
 fn an_unknown_outcome_escalates_to_a_person_and_their_reply_is_the_result() {
     let p = project(&[&["once_escalate"]]);

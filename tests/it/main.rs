@@ -1,12 +1,13 @@
 //! All integration tests, as modules of one binary: one link for `cargo test`, shared
 //! helpers in `common` (the kill -9 soak test stays its own binary, `tests/soak.rs`).
 
-// Tests and benches print for people; only the binary goes through src/cli/out.rs.
+// Tests and benches print for people; only the binary goes through src/out.rs.
 #![allow(clippy::disallowed_macros, clippy::disallowed_methods)]
 
 mod common;
 mod exactly_once;
 
+mod architecture;
 mod bad_input;
 mod budgets;
 mod budgets_hold;
@@ -30,6 +31,7 @@ mod handover;
 mod help;
 mod hooks;
 mod in_doubt;
+mod layers;
 mod lease;
 mod mcp;
 mod models_e2e;

@@ -275,7 +275,7 @@ fn a_bad_output_schema_is_bad_input_naming_the_task_file() {
     }
 }
 
-/// The check is part of the step (DESIGN §7): killed after the invalid answer was
+/// The check is part of the step (docs/ARCHITECTURE.md §7): killed after the invalid answer was
 /// journaled and before the step committed, the resumed run checks the stored answer
 /// again — the model is not asked for it twice — and the verdict is the same.
 #[test]

@@ -1,6 +1,6 @@
 //! Text a person gives a run (`runs send`, `escalations resolve`) is redacted like
-//! everything else stored for it (DESIGN §5): a secret the run's config knows — here a
-//! command tool's secret-named variable — never reaches the database file or the
+//! everything else stored for it (docs/ARCHITECTURE.md §5): a secret the run's config knows — here
+//! a command tool's secret-named variable — never reaches the database file or the
 //! model, whoever pastes it.
 
 use crate::common::Project;

@@ -69,7 +69,7 @@ impl PgStore {
             message: e.to_string(),
         })?;
         let by = by.to_string();
-        let summary = format!("{} by {by}", crate::decide::describe(resolution));
+        let summary = format!("{} by {by}", resolution.describe());
         self.write(move |tx| {
             let found: Option<(String, String, String)> = tx
                 .opt(

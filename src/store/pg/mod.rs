@@ -1,4 +1,4 @@
-//! The PostgreSQL backend (issue 17): the same contract as the SQLite store (DESIGN
+//! The PostgreSQL backend (issue 17): the same contract as the SQLite store (docs/ARCHITECTURE.md
 //! §5), on a server several machines share, so runs can be queued and taken by workers
 //! anywhere (`agentrun submit` / `agentrun worker`).
 //!

@@ -18,7 +18,7 @@ impl PgStore {
     pub fn fork_run(&self, f: &ForkRun<'_>) -> Result<Forked> {
         let now = now_ms();
         let (source, id) = (f.source.clone(), f.id.clone());
-        let at_step = f.at_step;
+        let (at_step, spent) = (f.at_step, f.spent);
         let (max_steps, max_tokens) = (f.max_steps.map(i64::from), f.max_tokens.map(|t| t as i64));
         let config = f
             .config
@@ -31,7 +31,7 @@ impl PgStore {
                 )?
                 .ok_or_else(|| StoreError::RunNotFound(source.0.clone()))?
                 .get(0);
-            let point = ForkPoint::check(&source, at_step, last as u32, |step| {
+            let point = ForkPoint::check(&source, at_step, last as u32, spent, |step| {
                 let row = tx.opt(
                     "SELECT last_seq, state FROM step_states WHERE run_id = $1 AND step = $2",
                     &[&source.0, &i64::from(step)],

@@ -81,7 +81,7 @@ impl SqliteStore {
                     resolution = ?4 WHERE id = ?1",
                 params![id.0, now_ms(), by, json],
             )?;
-            let summary = format!("{} by {by}", crate::decide::describe(resolution));
+            let summary = format!("{} by {by}", resolution.describe());
             let event = crate::config::types::NotifyEvent::EscalationResolved;
             super::outbox::record(tx, event, &run, Some(id.0), &kind, &summary)?;
             Ok(())

@@ -22,7 +22,7 @@ impl SqliteStore {
                 )
                 .optional()?
                 .ok_or_else(|| StoreError::RunNotFound(src.clone()))?;
-            let point = ForkPoint::check(&f.source, f.at_step, last, |step| {
+            let point = ForkPoint::check(&f.source, f.at_step, last, f.spent, |step| {
                 Ok(tx
                     .query_row(
                         "SELECT last_seq, state FROM step_states WHERE run_id = ?1 AND step = ?2",

@@ -20,7 +20,7 @@
 //!
 //! Other processes still meet SQLite's own lock and busy timeout.
 
-use super::conn::{OpenTransaction, run_cached};
+use super::sql::{OpenTransaction, run_cached};
 use crate::store::durability::Durability;
 use crate::store::error::{Result, StoreError};
 use rusqlite::Connection;
@@ -57,7 +57,7 @@ pub(super) struct Asker {
 
 impl Asker {
     fn classify(&self, e: rusqlite::Error) -> StoreError {
-        super::conn::classify(&self.path, self.busy, e)
+        super::sql::classify(&self.path, self.busy, e)
     }
 }
 

@@ -26,8 +26,10 @@
 //! turns into one line and exit 2.
 
 //!
-//! Module map (imports go downwards only): `conn` (open, pragmas, the write
-//! transaction, migrating with `migrations`), `write` (the inserts and the lease check
+//! Module map (imports go downwards only): `sql` (error classification, cached
+//! statements, the rollback-on-drop transaction), `group` (one writer per file and
+//! group commit), `conn` (open, pragmas, the write transaction, migrating with
+//! `migrations`), `write` (the inserts and the lease check
 //! the tables share), `rows` (SQLite's rows for the shared readers of `store/rows.rs`),
 //! `plan` (a `store/plan.rs` plan as SQLite's SQL), then `runs`, `queue`, `journal`,
 //! `escalations`, `outbox`, `cancel`, `admin`, `check`, `fork` and `sent`, each adding
@@ -50,6 +52,7 @@ mod queue;
 mod rows;
 mod runs;
 mod sent;
+mod sql;
 mod write;
 
 pub use check::check;

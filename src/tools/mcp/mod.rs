@@ -16,7 +16,7 @@
 //! - the server died or timed out during the call → `unavailable` / `timeout`, without
 //!   that proof: the retry layer retries it only for a tool declared `idempotent`; for
 //!   any other tool the outcome is unknown and the loop escalates (or tells the model,
-//!   `on_unknown = "tell_model"`) exactly as after a crash (DESIGN §3, "Retries").
+//!   `on_unknown = "tell_model"`) exactly as after a crash (docs/ARCHITECTURE.md §3.3).
 //!
 //! Servers are started once per run by [`server::Pool`] (on a thread of their own, so a
 //! run's connection outlives the short runtime used for discovery), restarted after a

@@ -159,7 +159,7 @@ impl Pool {
     /// The secret values a server was given (secret-named variables it may see, secret
     /// arguments, `${VAR}` header values, the URL's userinfo and the `Basic` value sent
     /// for it): replaced by `[redacted]` in whatever it answers or an error says
-    /// (DESIGN §5, issue 22).
+    /// (docs/ARCHITECTURE.md §5, issue 22).
     pub fn secrets(&self, server: &str) -> Secrets {
         self.servers.get(server).map(secrets_of).unwrap_or_default()
     }

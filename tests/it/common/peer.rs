@@ -1,6 +1,6 @@
 //! "Peer available, or skip" for the tests that need a real program nobody here wrote
-//! (DESIGN §7): MCP servers, PostgreSQL, a browser, llama-server. A missing peer skips
-//! the test with one line saying how to install it — whatever else the machine has
+//! (docs/ARCHITECTURE.md §7): MCP servers, PostgreSQL, a browser, llama-server. A missing peer
+//! skips the test with one line saying how to install it — whatever else the machine has
 //! (Node.js without the MCP package installed is still "missing", issue 27) — and never
 //! fails it. `.ci/run` installs every peer and sets `AGENTRUN_TEST_REQUIRE_PEERS=1`,
 //! under which a missing peer fails instead, so CI cannot pass by skipping.

@@ -121,7 +121,7 @@ pub fn one_line(s: &str) -> String {
     plain(s.trim_end()).replace('\n', " ⏎ ")
 }
 
-/// The colour codes [`super::style::Style`] writes; the only escapes a human view keeps.
+/// The colour codes [`crate::render::Style`] writes; the only escapes a human view keeps.
 const OWN_SGR: [&str; 7] = ["0", "1", "2", "31", "32", "33", "36"];
 
 /// Text made safe for a terminal (issue 12 item 8): tool output, `ask_user` questions
@@ -129,7 +129,7 @@ const OWN_SGR: [&str; 7] = ["0", "1", "2", "31", "32", "33", "36"];
 /// that hides a line, a title change) or a carriage return that overprints. Every
 /// control character except newline and tab is removed — with its escape sequence
 /// when it starts one — as are bidirectional overrides, which can reorder what a
-/// person reads. Only the plain colour codes our own [`super::style::Style`] writes
+/// person reads. Only the plain colour codes our own [`crate::render::Style`] writes
 /// survive. `--json` output never goes through this: it keeps the data.
 pub fn terminal_safe(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -89,7 +89,7 @@ impl Write for Stderr {
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use ::std::io::Write as _;
-        writeln!($crate::cli::out::stdout(), $($arg)*)
+        writeln!($crate::out::stdout(), $($arg)*)
     }};
 }
 
@@ -99,7 +99,7 @@ macro_rules! outln {
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use ::std::io::Write as _;
-        let _ = writeln!($crate::cli::out::stderr(), $($arg)*);
+        let _ = writeln!($crate::out::stderr(), $($arg)*);
     }};
 }
 

@@ -68,7 +68,7 @@ fn shorten(line: String) -> String {
     if line.chars().count() <= MAX_LINE {
         return line;
     }
-    crate::render::text::truncate(&line, MAX_LINE)
+    crate::text::truncate(&line, MAX_LINE)
 }
 
 #[cfg(test)]
