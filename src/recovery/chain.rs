@@ -28,6 +28,7 @@ use super::retry::{self, AfterAttempt, Backoff};
 use super::{CallOutcome, Gate, check_args, failed, succeeded};
 use crate::config::types::{ToolDef, ToolsConfig};
 use crate::prompts::Prompts;
+pub use crate::tools::HookAnswer;
 use crate::tools::outcome::{AttemptResult, ErrorKind, ToolError};
 use crate::trace::{NoteKind, TraceEvent};
 use serde_json::{Value, json};
@@ -54,17 +55,6 @@ pub enum ChainEvent {
     Slept,
     /// The `before_tool` hooks answered for the hop asked by [`ChainEffect::Hooks`].
     HooksDecided(HookAnswer),
-}
-
-/// What a tool's `before_tool` hooks decided (the driver asks them).
-#[derive(Debug, Clone, PartialEq)]
-pub enum HookAnswer {
-    /// Run it with these arguments (a hook may have rewritten them).
-    Run(Value),
-    /// Do not run it: a hook blocked it, or failed.
-    Refused(ToolError),
-    /// A hook asks a person to approve it (with these arguments) first.
-    Paused { args: Value, asked_by: String },
 }
 
 /// What the driver must do next.

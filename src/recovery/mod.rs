@@ -10,6 +10,7 @@ pub mod fallback;
 mod outcome;
 pub mod retry;
 
+pub use crate::tools::ToolHooks;
 pub use outcome::{CallOutcome, Gate};
 pub(crate) use outcome::{check_args, failed, succeeded};
 
@@ -40,17 +41,6 @@ pub enum Execution {
         /// What the child waits for, for the run's reason.
         reason: String,
     },
-}
-
-/// The `before_tool` hooks of one call, asked by the chain for each fallback hop (the
-/// loop asks them for the tool the model named before the chain starts).
-pub trait ToolHooks {
-    fn before_tool<'a>(
-        &'a self,
-        tool: &'a str,
-        args: Value,
-        ctx: &'a CallContext<'a>,
-    ) -> futures_util::future::LocalBoxFuture<'a, chain::HookAnswer>;
 }
 
 /// Runs a tool call through the recovery chain ([`chain`] states the order), with one

@@ -17,7 +17,7 @@ use crate::clock::Clock;
 use crate::config::types::{ToolDef, ToolKind};
 use crate::redact::Secrets;
 use crate::trace::EventSink;
-use outcome::AttemptResult;
+use outcome::{AttemptResult, ToolError};
 use serde_json::Value;
 
 /// What a tool attempt may know about the call it belongs to.
@@ -35,9 +35,32 @@ pub struct CallContext<'a> {
     pub mcp: Option<&'a mcp::Pool>,
     /// The call's `before_tool` hooks, for the fallback hops the chain reaches
     /// (`None`: the caller has none, as a notification's delivery).
-    pub hooks: Option<&'a dyn crate::recovery::ToolHooks>,
+    pub hooks: Option<&'a dyn ToolHooks>,
     /// The rate limits each attempt waits its turn under (docs/rate-limits.md).
     pub limits: Option<&'a crate::govern::Gate<'a>>,
+}
+
+/// What a tool's `before_tool` hooks decided (the driver asks them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum HookAnswer {
+    /// Run it with these arguments (a hook may have rewritten them).
+    Run(Value),
+    /// Do not run it: a hook blocked it, or failed.
+    Refused(ToolError),
+    /// A hook asks a person to approve it (with these arguments) first.
+    Paused { args: Value, asked_by: String },
+}
+
+/// The `before_tool` hooks of one call, asked by the chain for each fallback hop (the
+/// loop asks them for the tool the model named before the chain starts). Declared
+/// here, below the chain, because the call's context carries them.
+pub trait ToolHooks {
+    fn before_tool<'a>(
+        &'a self,
+        tool: &'a str,
+        args: Value,
+        ctx: &'a CallContext<'a>,
+    ) -> futures_util::future::LocalBoxFuture<'a, HookAnswer>;
 }
 
 /// Runs one attempt, bounded by the tool's per-attempt timeout.
