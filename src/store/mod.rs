@@ -150,6 +150,20 @@ impl Store {
         }
     }
 
+    /// The root of `id`'s tree of runs (`id` itself when it has no parent): whose
+    /// budget and trace a sub-agent's child run shares.
+    pub fn top_of(&self, id: &RunId) -> RunId {
+        let mut at = id.clone();
+        // Bounded: a damaged database with a cycle of parents cannot loop forever.
+        for _ in 0..64 {
+            match self.run(&at).map(|r| r.parent) {
+                Ok(Some(parent)) => at = parent.run,
+                _ => break,
+            }
+        }
+        at
+    }
+
     /// Opens (creating when `create` is set) the database `db` names and migrates it:
     /// a `postgres://` or `postgresql://` URL selects PostgreSQL, anything else is an
     /// SQLite file path. A file that is not SQLite is reported and never written to.

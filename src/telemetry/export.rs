@@ -114,7 +114,7 @@ impl Export {
 
 fn say(line: &str) {
     use std::io::Write;
-    let _ = writeln!(crate::cli::out::stderr(), "agentrun: {line}");
+    let _ = writeln!(crate::out::stderr(), "agentrun: {line}");
 }
 
 /// The export thread: batches of up to [`BATCH`] spans, sent when full or `delay`

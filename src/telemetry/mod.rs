@@ -47,7 +47,7 @@ pub fn init() -> Guard {
         Ok(None) => None,
         Err(e) => {
             use std::io::Write;
-            let _ = writeln!(crate::cli::out::stderr(), "agentrun: {e}");
+            let _ = writeln!(crate::out::stderr(), "agentrun: {e}");
             None
         }
     });

@@ -81,7 +81,7 @@ impl RunTrace {
             metrics::add("agentrun_runs_started_total", Vec::new(), 1.0);
         }
         let row = store.run(run).ok()?;
-        let top = crate::runner::children::top_of(store, run);
+        let top = store.top_of(run);
         let trace = ids::trace_id(top.as_str());
         let root = ids::run_span(run.as_str());
         let root_parent = row

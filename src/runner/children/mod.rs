@@ -397,17 +397,9 @@ impl Drop for Hold {
 }
 
 /// The run at the top of `id`'s parents (`id` itself for a run people started): the
-/// one to resume, which resumes its children where their calls wait.
+/// one to resume, which resumes its children where their calls wait ([`Store::top_of`]).
 pub fn top_of(store: &Store, id: &RunId) -> RunId {
-    let mut at = id.clone();
-    // Bounded: a damaged database with a cycle of parents cannot loop forever.
-    for _ in 0..64 {
-        match store.run(&at).map(|r| r.parent) {
-            Ok(Some(parent)) => at = parent.run,
-            _ => break,
-        }
-    }
-    at
+    store.top_of(id)
 }
 
 /// Cancels the unfinished descendants of `id` (deepest first): asked for a parent's
