@@ -24,8 +24,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "ground: leaves every layer may use",
         &[
-            "clock", "timefmt", "redact", "net", "taxonomy", "fault", "text", "out", "money",
-            "backoff", "trace", "schema", "telemetry",
+            "clock",
+            "timefmt",
+            "redact",
+            "net",
+            "taxonomy",
+            "fault",
+            "text",
+            "out",
+            "money",
+            "backoff",
+            "trace",
+            "schema",
+            "telemetry",
         ],
     ),
     (
@@ -39,7 +50,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["prompts", "digest", "records", "recovery"],
     ),
     ("store: SQLite and PostgreSQL", &["store"]),
-    ("machine: the pure loop; telemetry's events", &["machine", "telemetry::events"]),
+    (
+        "machine: the pure loop; telemetry's events",
+        &["machine", "telemetry::events"],
+    ),
     (
         "around a run: hooks, set-up, notifications, a run's telemetry",
         &["hooks", "setup", "notify", "telemetry::run"],
