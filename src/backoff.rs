@@ -1,27 +1,33 @@
-//! Backoff arithmetic shared by tool retries and model retries: exponential delay with
-//! full jitter, and the server's own requested delay (`Retry-After`, `retry-after-ms`).
+//! The one retry policy's arithmetic, for tool retries (the recovery chain,
+//! `recovery/retry.rs`) and model retries (`model/retry.rs`) alike: exponential delay
+//! with jitter, the server's own requested delay (`Retry-After`, `retry-after-ms`) as a
+//! floor, and the rule that gives up when the server asks for too long
+//! (docs/ARCHITECTURE.md §3.3, §14). Pure: time and randomness come in through
+//! [`Clock`], so schedules are asserted exactly in tests.
 
 use crate::clock::Clock;
 use std::time::{Duration, SystemTime};
 
-/// Delay before retry number `retry` (0 for the first retry):
-/// a uniformly random duration in `[0, min(max, base * 2^retry)]`.
-///
-/// A server-requested delay wins over the computed one (it knows its own load), but is
-/// capped by `max` so a hostile or buggy header cannot park the run for hours.
-pub fn delay(
-    base: Duration,
-    max: Duration,
-    retry: u32,
-    server_delay: Option<Duration>,
-    clock: &dyn Clock,
-) -> Duration {
-    if let Some(d) = server_delay {
-        return d.min(max);
-    }
-    let factor = 2u32.saturating_pow(retry.min(20));
-    let ceiling = base.saturating_mul(factor).min(max);
-    clock.jitter(ceiling)
+/// How a computed delay is spread over its ceiling `min(max_backoff, base * 2^retry)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// Anywhere in `[0, ceiling]`: retries of many callers spread out the most (tools).
+    Full,
+    /// Half of the ceiling for sure, the other half at random: the waits add up to a
+    /// known minimum, which is what rides out a restarting server (models, issue 15).
+    Equal,
+}
+
+/// The policy for one retried thing: its backoff, its cap, and how long a server may
+/// ask it to wait before it gives up instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    /// Cap on a computed delay (never on the server's requested one, a floor).
+    pub max_backoff: Duration,
+    /// A server asking for a longer wait than this is not waited for.
+    pub max_retry_after: Duration,
+    pub jitter: Jitter,
 }
 
 /// What to do before the next attempt (docs/ARCHITECTURE.md §3.3, issue 12 item 10).
@@ -34,23 +40,28 @@ pub enum Wait {
     GiveUp { retry_after: Duration },
 }
 
-/// The wait before retry number `retry` (0 for the first retry). A server's requested
-/// delay is a floor, never shortened by `max_backoff`: the wait is exactly that delay
-/// (issue 12 item 10). Above `max_retry_after` the answer is [`Wait::GiveUp`]. Without
-/// one, full-jitter backoff ([`delay`]). Tool retries use this; model retries move to it
-/// in issue 15 (until then [`delay`] still caps the server's delay by `max_backoff`).
-pub fn next_wait(
-    base: Duration,
-    max_backoff: Duration,
-    retry: u32,
-    server_delay: Option<Duration>,
-    max_retry_after: Duration,
-    clock: &dyn Clock,
-) -> Wait {
-    match server_delay {
-        Some(d) if d > max_retry_after => Wait::GiveUp { retry_after: d },
-        Some(d) => Wait::After(d),
-        None => Wait::After(delay(base, max_backoff, retry, None, clock)),
+impl Backoff {
+    /// The wait before retry number `retry` (0 for the first retry). A server's
+    /// requested delay is waited exactly — a floor that `max_backoff` never shortens —
+    /// unless it is above `max_retry_after`: then [`Wait::GiveUp`]. Without one, a
+    /// jittered delay ([`Backoff::computed`]), drawn once.
+    pub fn next_wait(&self, retry: u32, server_delay: Option<Duration>, clock: &dyn Clock) -> Wait {
+        match server_delay {
+            Some(d) if d > self.max_retry_after => Wait::GiveUp { retry_after: d },
+            Some(d) => Wait::After(d),
+            None => Wait::After(self.computed(retry, clock)),
+        }
+    }
+
+    /// The delay before retry number `retry` when the server named none: the ceiling
+    /// `min(max_backoff, base * 2^retry)`, jittered as [`Backoff::jitter`] says.
+    pub fn computed(&self, retry: u32, clock: &dyn Clock) -> Duration {
+        let factor = 2u32.saturating_pow(retry.min(20));
+        let ceiling = self.base.saturating_mul(factor).min(self.max_backoff);
+        match self.jitter {
+            Jitter::Full => clock.jitter(ceiling),
+            Jitter::Equal => ceiling / 2 + clock.jitter(ceiling - ceiling / 2),
+        }
     }
 }
 
@@ -85,61 +96,66 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
 
-    #[test]
-    fn doubles_from_the_base_and_stops_at_the_cap() {
-        let c = FakeClock::new(0);
-        let ms = |r| {
-            delay(
-                Duration::from_millis(500),
-                Duration::from_secs(3),
-                r,
-                None,
-                &c,
-            )
-            .as_millis()
-        };
-        assert_eq!(
-            [ms(0), ms(1), ms(2), ms(3), ms(30)],
-            [500, 1000, 2000, 3000, 3000]
-        );
+    fn policy(jitter: Jitter) -> Backoff {
+        Backoff {
+            base: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(3),
+            max_retry_after: Duration::from_secs(60),
+            jitter,
+        }
+    }
+
+    /// A clock whose every jitter draw is zero: what is left is the part of a delay
+    /// that is not random.
+    struct NoLuck;
+
+    impl Clock for NoLuck {
+        fn now_ms(&self) -> i64 {
+            0
+        }
+        fn sleep(&self, _: Duration) -> crate::clock::SleepFuture {
+            Box::pin(async {})
+        }
+        fn jitter(&self, _: Duration) -> Duration {
+            Duration::ZERO
+        }
     }
 
     #[test]
-    fn the_servers_delay_wins_but_is_capped() {
+    fn doubles_from_the_base_and_stops_at_the_cap() {
         let c = FakeClock::new(0);
-        let d = |s| {
-            delay(
-                Duration::from_millis(500),
-                Duration::from_secs(30),
-                0,
-                Some(s),
-                &c,
-            )
-        };
-        assert_eq!(d(Duration::from_secs(2)), Duration::from_secs(2));
-        assert_eq!(d(Duration::from_secs(3600)), Duration::from_secs(30));
+        for jitter in [Jitter::Full, Jitter::Equal] {
+            let ms = |r| policy(jitter).computed(r, &c).as_millis();
+            assert_eq!(
+                [ms(0), ms(1), ms(2), ms(3), ms(30)],
+                [500, 1000, 2000, 3000, 3000]
+            );
+        }
+    }
+
+    #[test]
+    fn full_jitter_may_wait_nothing_and_equal_jitter_waits_half_for_sure() {
+        let ms = |jitter, r| policy(jitter).computed(r, &NoLuck).as_millis();
+        assert_eq!([ms(Jitter::Full, 0), ms(Jitter::Full, 3)], [0, 0]);
+        assert_eq!([ms(Jitter::Equal, 0), ms(Jitter::Equal, 3)], [250, 1500]);
     }
 
     #[test]
     fn retry_after_is_a_floor_and_above_the_limit_means_give_up() {
         let c = FakeClock::new(0);
-        let w = |s: u64| {
-            next_wait(
-                Duration::from_millis(10),
-                Duration::from_millis(50),
-                0,
-                Some(Duration::from_secs(s)),
-                Duration::from_secs(60),
-                &c,
-            )
-        };
-        assert_eq!(w(1), Wait::After(Duration::from_secs(1)));
+        let w = |s: u64| policy(Jitter::Full).next_wait(0, Some(Duration::from_secs(s)), &c);
+        // Above max_backoff (3 s) and still waited in full: a floor, never capped.
+        assert_eq!(w(10), Wait::After(Duration::from_secs(10)));
         assert_eq!(w(60), Wait::After(Duration::from_secs(60)));
         assert_eq!(
             w(61),
             Wait::GiveUp {
                 retry_after: Duration::from_secs(61)
             }
+        );
+        assert_eq!(
+            policy(Jitter::Equal).next_wait(2, None, &c),
+            Wait::After(Duration::from_secs(2))
         );
     }
 

@@ -45,6 +45,19 @@ pub struct ModelRetryPolicy {
     pub cooldown: Duration,
 }
 
+impl ModelRetryPolicy {
+    /// The backoff part of the policy, as the one retry engine takes it: equal jitter
+    /// ("at least half of each step", so a restarting server is ridden out).
+    pub fn backoff(&self) -> backoff::Backoff {
+        backoff::Backoff {
+            base: self.base,
+            max_backoff: self.max,
+            max_retry_after: self.max_retry_after,
+            jitter: backoff::Jitter::Equal,
+        }
+    }
+}
+
 impl Default for ModelRetryPolicy {
     /// 6 attempts, 1 s doubling: the waits are at least 0.5 + 1 + 2 + 4 + 8 = 15.5 s
     /// in all (at most 31 s), enough for a local server to restart.
@@ -249,18 +262,12 @@ async fn with_retries(
             Err(err) if err.is_transient() && attempt < attempts => err,
             Err(err) => return Err(err),
         };
-        let mut delay = match backoff::next_wait(
-            policy.base,
-            policy.max,
-            attempt - 1,
-            err.retry_after(),
-            policy.max_retry_after,
-            clock,
-        ) {
+        let mut delay = match policy
+            .backoff()
+            .next_wait(attempt - 1, err.retry_after(), clock)
+        {
             Wait::GiveUp { retry_after } => return Err(rate_limited(err, retry_after, policy)),
-            // The server's delay: a floor, waited in full.
-            Wait::After(d) if err.retry_after().is_some() => d,
-            Wait::After(_) => equal_jitter(policy, attempt - 1, clock),
+            Wait::After(d) => d,
         };
         refused_only &= err.is_refused_locally();
         if refused_only {
@@ -282,16 +289,6 @@ async fn with_retries(
         clock.sleep(delay).await;
         attempt += 1;
     }
-}
-
-/// Half of `min(max, base * 2^retry)` for sure, the other half at random: unlike full
-/// jitter, the waits add up to a known minimum, which is what rides out a restart.
-fn equal_jitter(policy: &ModelRetryPolicy, retry: u32, clock: &dyn Clock) -> Duration {
-    let ceiling = policy
-        .base
-        .saturating_mul(2u32.saturating_pow(retry.min(20)))
-        .min(policy.max);
-    ceiling / 2 + clock.jitter(ceiling - ceiling / 2)
 }
 
 fn rate_limited(err: ModelError, retry_after: Duration, policy: &ModelRetryPolicy) -> ModelError {

@@ -120,8 +120,9 @@ fn run_hooked(
             }
             ChainEffect::ChooseDelay(b) => {
                 seen.push(Seen::Delay(b));
-                let ceiling = b.base.saturating_mul(1 << b.retry).min(b.max);
-                ChainEvent::DelayChosen(b.server_delay.map_or(ceiling, |d| d.min(b.max)))
+                let (base, max) = (b.policy.base, b.policy.max_backoff);
+                let ceiling = base.saturating_mul(1 << b.retry).min(max);
+                ChainEvent::DelayChosen(b.server_delay.map_or(ceiling, |d| d.min(max)))
             }
             ChainEffect::Sleep(d) => {
                 seen.push(Seen::Sleep(d));
@@ -164,8 +165,12 @@ fn wait(tool: &str, before: u32, ms: u64) -> [Seen; 3] {
     let retry = before - 2;
     [
         Seen::Delay(Backoff {
-            base: Duration::from_millis(100),
-            max: Duration::from_secs(1),
+            policy: crate::backoff::Backoff {
+                base: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                max_retry_after: Duration::from_secs(60),
+                jitter: crate::backoff::Jitter::Full,
+            },
             retry,
             server_delay: None,
         }),

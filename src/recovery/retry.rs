@@ -15,10 +15,8 @@
 use crate::backoff;
 use crate::config::types::ToolDef;
 use crate::tools::outcome::{AttemptResult, ErrorKind, ToolError};
-use crate::tools::{CallContext, attempt};
 use crate::trace::TraceEvent;
-use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A transient failure of a tool that is not idempotent, which does not prove the tool
 /// did not act (a timeout, a reset after sending, 500/502/504): retrying could repeat
@@ -63,11 +61,10 @@ pub enum AfterAttempt {
 }
 
 /// The wait before the next attempt, as the rule computes it; the jittered delay is
-/// drawn by whoever performs the wait ([`backoff::delay`]).
+/// drawn by whoever performs the wait ([`Backoff::draw`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
-    pub base: Duration,
-    pub max: Duration,
+    pub policy: backoff::Backoff,
     /// 0 for the first retry.
     pub retry: u32,
     /// The service's requested delay (`Retry-After`).
@@ -79,10 +76,20 @@ impl Backoff {
     /// `max_backoff` never shortens; `after_attempt` already refused delays above
     /// `max_retry_after`), else a full-jitter draw.
     pub fn draw(&self, clock: &dyn crate::clock::Clock) -> Duration {
-        match self.server_delay {
-            Some(d) => d,
-            None => backoff::delay(self.base, self.max, self.retry, None, clock),
+        match self.policy.next_wait(self.retry, self.server_delay, clock) {
+            backoff::Wait::After(d) => d,
+            backoff::Wait::GiveUp { retry_after } => retry_after,
         }
+    }
+}
+
+/// A tool's retry policy: tools.toml's `[defaults]` or the tool's own, full jitter.
+pub fn policy_of(def: &ToolDef) -> backoff::Backoff {
+    backoff::Backoff {
+        base: def.retry.backoff,
+        max_backoff: def.retry.max_backoff,
+        max_retry_after: def.retry.max_retry_after,
+        jitter: backoff::Jitter::Full,
     }
 }
 
@@ -101,48 +108,11 @@ pub fn after_attempt(def: &ToolDef, made: u32, result: AttemptResult) -> AfterAt
             AfterAttempt::Final(Err(too_long_to_wait(def, e)))
         }
         Err(e) if e.kind.is_retryable() && made < max => AfterAttempt::Retry(Backoff {
-            base: def.retry.backoff,
-            max: def.retry.max_backoff,
+            policy: policy_of(def),
             retry: made - 1,
             server_delay: e.retry_after,
         }),
         other => AfterAttempt::Final(other),
-    }
-}
-
-/// Returns the final attempt's result and the number of attempts made: the attempts
-/// step of the recovery chain alone (no schema, gate or fallback).
-pub async fn call_with_retry(
-    def: &ToolDef,
-    args: &Value,
-    ctx: &CallContext<'_>,
-) -> (AttemptResult, u32) {
-    let mut made = 0;
-    loop {
-        made += 1;
-        // Elapsed time is real time on purpose: it measures the tool, not the schedule.
-        let started = Instant::now();
-        let result = attempt(def, args, ctx).await;
-        ctx.events.emit(attempt_event(
-            ctx.call_id,
-            def,
-            made,
-            started.elapsed(),
-            &result,
-        ));
-        let b = match after_attempt(def, made, result) {
-            AfterAttempt::Final(result) => return (result, made),
-            AfterAttempt::Retry(b) => b,
-        };
-        let delay = b.draw(ctx.clock);
-        ctx.events.emit(backoff_event(
-            ctx.call_id,
-            def,
-            made + 1,
-            delay,
-            b.server_delay.is_some(),
-        ));
-        ctx.clock.sleep(delay).await;
     }
 }
 

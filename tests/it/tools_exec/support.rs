@@ -170,8 +170,31 @@ impl Harness {
         tools::attempt(def, &args, &self.ctx()).await
     }
 
+    /// The attempts step of the recovery chain alone (no schema, gate or fallback):
+    /// attempts through the one executor, each decided by the chain's own retry rule
+    /// ([`recovery::retry::after_attempt`]) and waited on the fake clock. Returns the
+    /// final result and the number of attempts made.
     pub async fn with_retry(&self, def: &ToolDef, args: Value) -> (AttemptResult, u32) {
-        recovery::retry::call_with_retry(def, &args, &self.ctx()).await
+        use recovery::retry::{AfterAttempt, after_attempt, attempt_event, backoff_event};
+        let ctx = self.ctx();
+        let mut made = 0;
+        loop {
+            made += 1;
+            let started = std::time::Instant::now();
+            let result = tools::attempt(def, &args, &ctx).await;
+            let elapsed = started.elapsed();
+            ctx.events
+                .emit(attempt_event(ctx.call_id, def, made, elapsed, &result));
+            let b = match after_attempt(def, made, result) {
+                AfterAttempt::Final(result) => return (result, made),
+                AfterAttempt::Retry(b) => b,
+            };
+            let delay = b.draw(ctx.clock);
+            let server = b.server_delay.is_some();
+            ctx.events
+                .emit(backoff_event(ctx.call_id, def, made + 1, delay, server));
+            ctx.clock.sleep(delay).await;
+        }
     }
 
     pub async fn execute_gated(
