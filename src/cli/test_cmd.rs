@@ -116,11 +116,11 @@ fn say(dir: &Path, verdict: &Verdict) -> anyhow::Result<()> {
         Verdict::Failed { diff, note } => {
             crate::outln!("FAIL {}", dir.display())?;
             if let Some(note) = note {
-                crate::outln!("     {}", crate::render::text::plain(note))?;
+                crate::outln!("     {}", crate::text::plain(note))?;
             }
             crate::outln!("     (- recorded, + now)")?;
             for line in diff {
-                crate::outln!("     {}", crate::render::text::plain(&line.to_string()))?;
+                crate::outln!("     {}", crate::text::plain(&line.to_string()))?;
             }
         }
     }

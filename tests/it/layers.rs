@@ -59,7 +59,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["hooks", "setup", "notify", "telemetry::run"],
     ),
     ("runner: driving a run", &["runner"]),
-    ("decisions and views", &["decide", "render"]),
+    (
+        "decisions, views, recorded runs as tests",
+        &["decide", "render", "evals"],
+    ),
     ("console", &["serve"]),
     ("command line", &["cli"]),
 ];
