@@ -87,7 +87,7 @@ pub fn run(cli: &Cli, args: &EvalArgs) -> anyhow::Result<Exit> {
     };
     let say = |line: String| {
         if !quiet {
-            crate::errln!("{}", crate::render::text::plain(&line));
+            crate::errln!("{}", crate::text::plain(&line));
         }
     };
     match eval.run(&say) {

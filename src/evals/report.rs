@@ -150,7 +150,7 @@ pub fn text(r: &Report) -> String {
     let rows: Vec<Vec<String>> = r.cells.iter().map(row).collect();
     let width = |i: usize| {
         rows.iter()
-            .map(|row| crate::render::text::plain(&row[i]).chars().count())
+            .map(|row| crate::text::plain(&row[i]).chars().count())
             .chain([HEADERS[i].len()])
             .max()
             .unwrap_or(0)
@@ -160,7 +160,7 @@ pub fn text(r: &Report) -> String {
         cells
             .iter()
             .zip(&widths)
-            .map(|(c, w)| format!("{:<w$}", crate::render::text::plain(c), w = *w))
+            .map(|(c, w)| format!("{:<w$}", crate::text::plain(c), w = *w))
             .collect::<Vec<_>>()
             .join("  ")
             .trim_end()
@@ -173,7 +173,7 @@ pub fn text(r: &Report) -> String {
 
 /// A Markdown report for a pull request: a summary line and the table.
 pub fn markdown(r: &Report) -> String {
-    let esc = |s: &str| crate::render::text::plain(s).replace('|', "\\|");
+    let esc = |s: &str| crate::text::plain(s).replace('|', "\\|");
     let mut out = format!("### Eval `{}` ({})\n\n", esc(&r.eval), esc(&r.suite));
     match &r.baseline {
         Some(b) if r.regressions > 0 => out.push_str(&format!(
