@@ -102,6 +102,11 @@ const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
         "govern/schedule.rs",
         "as config/types.rs",
     ),
+    (
+        "evals/eval.rs",
+        "cli/mod.rs",
+        "reads the exit code of an interrupted run from cli::Exit; the exit codes belong on the ground floor",
+    ),
 ];
 
 struct Source {
