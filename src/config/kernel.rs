@@ -1,4 +1,4 @@
-//! What this kernel can enforce of a sandbox, guarantee by guarantee (DESIGN §7, §8;
+//! What this kernel can enforce of a sandbox, guarantee by guarantee (docs/ARCHITECTURE.md §7, §8;
 //! docs/ARCHITECTURE.md, Sandbox): each restriction a sandbox promises is either
 //! enforced here or the run refuses to start, naming what is missing and the opt-out.
 //! `tools check` prints the list.

@@ -1,4 +1,4 @@
-//! What a sandbox may not hold, whatever the kernel (DESIGN §8; docs/ARCHITECTURE.md,
+//! What a sandbox may not hold, whatever the kernel (docs/ARCHITECTURE.md §8,
 //! Sandbox): a folder a sandboxed child may write never holds a credential store, nor
 //! is it the folder of agentrun's database. The sandbox hides both from the child
 //! with mounts, but a mount covers only what exists and what can be covered: a tool

@@ -1,5 +1,5 @@
 //! agentrun's own files — the SQLite database and the config files in use — which no
-//! sandboxed child may reach, whatever the layout (DESIGN §8; docs/ARCHITECTURE.md,
+//! sandboxed child may reach, whatever the layout (docs/ARCHITECTURE.md §8,
 //! Sandbox). Recorded by the command layer as soon as it knows them, before anything
 //! is spawned, and by the run's setup when it reads tools.toml; read by the sandbox
 //! when it prepares a child's policy and by the pre-flight checks. A global: the few

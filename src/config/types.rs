@@ -135,7 +135,7 @@ pub enum SandboxMode {
     Off,
     /// Reads everywhere except credential stores and agentrun's own files; writes in
     /// the tool's folder, a per-call temp dir and `writable`. The default for a
-    /// command tool, hook or stdio MCP server whose config does not say (DESIGN §8).
+    /// command tool, hook or stdio MCP server whose config does not say (docs/ARCHITECTURE.md §8).
     #[default]
     Workspace,
     /// As `Workspace`, but no writes in the tool's folder.

@@ -1,12 +1,17 @@
-//! The sandbox of command tools, hooks and stdio MCP servers (DESIGN §7 and §8;
+//! The sandbox of command tools, hooks and stdio MCP servers (docs/ARCHITECTURE.md §7 and §8;
 //! docs/ARCHITECTURE.md, Sandbox), Linux. One file per mechanism:
 //!
 //! | file | mechanism | what it holds |
 //! | --- | --- | --- |
-//! | [`hide`] | a private mount namespace (a user namespace where not root) | agentrun's database folder, config files and other calls' temp folders, the credential stores and the terminals are covered by empty, read-only mounts: not there, whatever Landlock grants around them |
-//! | [`caps`] | capabilities | none left (root's CAP_SYS_PTRACE would read agentrun's memory) |
-//! | [`rules`] | Landlock | reads everywhere but `/dev` (only `null`, `zero`, `full`, `random`, `urandom`); writes and truncation only in the workspace, the call's `TMPDIR` and `writable`; no device ioctl (ABI 5); no signal or abstract Unix socket out of the sandbox (ABI 6) |
-//! | [`seccomp`] | a seccomp filter | no `TIOCSTI`/`TIOCLINUX`, no `kill(-1)` nor a signal to agentrun; with `network = false` no socket but Unix ones (so no `listen()` either) and no io_uring |
+//! | [`hide`] | a private mount namespace (a user namespace where not root) | agentrun's database
+//! folder, config files and other calls' temp folders, the credential stores and the terminals are
+//! covered by empty, read-only mounts: not there, whatever Landlock grants around them | | [`caps`]
+//! | capabilities | none left (root's CAP_SYS_PTRACE would read agentrun's memory) | | [`rules`] |
+//! Landlock | reads everywhere but `/dev` (only `null`, `zero`, `full`, `random`, `urandom`);
+//! writes and truncation only in the workspace, the call's `TMPDIR` and `writable`; no device ioctl
+//! (ABI 5); no signal or abstract Unix socket out of the sandbox (ABI 6) | | [`seccomp`] | a
+//! seccomp filter | no `TIOCSTI`/`TIOCLINUX`, no `kill(-1)` nor a signal to agentrun; with `network
+//! = false` no socket but Unix ones (so no `listen()` either) and no io_uring |
 //!
 //! Every sandboxed child also starts a session of its own (`setsid`): no controlling
 //! terminal, so `/dev/tty` cannot be opened.
