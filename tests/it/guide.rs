@@ -42,6 +42,7 @@ fn clone(into: &Path) -> Option<std::path::PathBuf> {
     let root = env!("CARGO_MANIFEST_DIR");
     let git = peer::available("git", "`apt-get install git`", || peer::on_path("git"))?;
     let dest = into.join("agentrun");
+    std::fs::create_dir_all(into.join("home")).expect("home");
     let ok = Command::new(git)
         .args(["clone", "--quiet", root])
         .arg(&dest)
@@ -63,7 +64,9 @@ fn sh(dir: &Path, script: &str) -> (i32, String) {
         .arg(script)
         .current_dir(dir)
         .env("PATH", path_with_bin())
-        .env("HOME", dir)
+        // A home of its own beside the clone: a workspace that is the home folder
+        // holds its credential stores, which the sandbox refuses.
+        .env("HOME", dir.with_file_name("home"))
         .env_remove("AGENTRUN_DB")
         .env_remove("AGENTRUN_CRASH_AT")
         .env_remove("KB_OUTAGE")

@@ -429,8 +429,13 @@ fn a_resumed_run_is_told_clearly_when_the_server_no_longer_offers_a_tool() {
 
 #[test]
 fn kill_9_of_agentrun_during_an_mcp_call_then_resume() {
+    // The proxy plays the crash by killing agentrun, which a sandboxed server may not:
+    // this server runs unsandboxed to stand in for a power cut.
     // Idempotent: the resumed run calls it again, with the same idempotency key.
-    let Some(p) = project(Some("agentrun"), "idempotent = [\"echo\"]") else {
+    let Some(p) = project(
+        Some("agentrun"),
+        "idempotent = [\"echo\"]\nsandbox = \"off\"",
+    ) else {
         return;
     };
     one_call(&p, "everything__echo", json!({"message": "survived"}));
@@ -445,7 +450,7 @@ fn kill_9_of_agentrun_during_an_mcp_call_then_resume() {
     );
 
     // Not idempotent: nothing is re-run; a person is asked what happened.
-    let Some(p) = project(Some("agentrun"), "") else {
+    let Some(p) = project(Some("agentrun"), "sandbox = \"off\"") else {
         return;
     };
     one_call(&p, "everything__echo", json!({"message": "once"}));
