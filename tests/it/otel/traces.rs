@@ -33,6 +33,7 @@ input_schema = { type = "object", properties = { order = { type = "string" } }, 
 command = ["sh", "refund.sh"]
 idempotent = true
 approval = "always"
+sandbox = "off"   # it plays a crash by killing agentrun, which a sandboxed tool may not
 
 [agents.research]
 task = "agents/research.md"
