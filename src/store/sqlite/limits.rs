@@ -18,18 +18,23 @@ const DEAD: &str = "DELETE FROM limit_holds WHERE key = ?1 AND id NOT IN (
     WHERE h.key = ?1 AND r.lease_token = h.lease_token AND r.status = 'running'
       AND r.lease_pid IS NOT NULL AND r.lease_heartbeat >= ?2)";
 
-fn hold(r: &rusqlite::Row<'_>) -> rusqlite::Result<LimitHold> {
+/// A hold read from a row whose hold columns start at column `at`.
+fn hold_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<LimitHold> {
     Ok(LimitHold {
-        id: r.get(0)?,
-        run: RunId(r.get(1)?),
-        lease_token: r.get(2)?,
-        priority: r.get(3)?,
-        tokens: r.get(4)?,
-        cost: r.get(5)?,
-        start_at: r.get(6)?,
-        created_at: r.get(7)?,
-        waiting_for: r.get(8)?,
+        id: r.get(at)?,
+        run: RunId(r.get(at + 1)?),
+        lease_token: r.get(at + 2)?,
+        priority: r.get(at + 3)?,
+        tokens: r.get(at + 4)?,
+        cost: r.get(at + 5)?,
+        start_at: r.get(at + 6)?,
+        created_at: r.get(at + 7)?,
+        waiting_for: r.get(at + 8)?,
     })
+}
+
+fn hold(r: &rusqlite::Row<'_>) -> rusqlite::Result<LimitHold> {
+    hold_at(r, 0)
 }
 
 fn holds_of(conn: &Connection, key: &str) -> Result<Vec<LimitHold>> {
@@ -160,18 +165,7 @@ impl SqliteStore {
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt.query_map([&run.0], |r| {
             let label: String = r.get(0)?;
-            let h = LimitHold {
-                id: r.get(1)?,
-                run: RunId(r.get(2)?),
-                lease_token: r.get(3)?,
-                priority: r.get(4)?,
-                tokens: r.get(5)?,
-                cost: r.get(6)?,
-                start_at: r.get(7)?,
-                created_at: r.get(8)?,
-                waiting_for: r.get(9)?,
-            };
-            Ok((label, h))
+            Ok((label, hold_at(r, 1)?))
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
